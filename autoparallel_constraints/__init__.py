@@ -1,0 +1,88 @@
+"""autoparallel_constraints: co-sharding rules for meta-pytorch/autoparallel's ILP, made visible.
+
+Importing the package adds ``AutoParallel.add_op_constraints`` and wraps autoparallel's apply step
+so every applied graph can be audited::
+
+    import autoparallel_constraints as apc
+
+    with AutoParallel(model, input_fn, mesh) as autop:
+        autop.add_input_constraints([(Shard(0), Replicate())])
+        added = autop.add_op_constraints()          # whole table, formulation "explicit"
+        placement = autop.optimize_placement()
+        parallel_model = autop.apply_placement(placement)
+        report = apc.audit(autop)
+        assert report.ok, report
+"""
+
+from __future__ import annotations
+
+from ._compat import require_autoparallel
+
+require_autoparallel()
+
+from ._apply import PlannedRedistribute, apc_redistribute  # noqa: E402
+from ._apply import install as _install_apply  # noqa: E402
+from ._audit import ArgAudit, AuditReport, Violation, audit  # noqa: E402
+from ._plugin import AddedConstraints, NoMatchingNodesWarning, add_op_constraints  # noqa: E402
+from .errors import (  # noqa: E402
+    AuditError,
+    AutoParallelMissingError,
+    ConstraintsError,
+    InfeasibleConstraintsError,
+    InvalidOptionError,
+    InvalidRowError,
+    PluginStateError,
+    StrictConflictError,
+    UnknownOpError,
+)
+from .formulations import FORMULATIONS  # noqa: E402
+from .table import Alignment, ArgSpec, Flag, Linearity, OpRule, Role, Table, default_table  # noqa: E402
+
+__all__ = [
+    "FORMULATIONS",
+    "AddedConstraints",
+    "Alignment",
+    "ArgAudit",
+    "ArgSpec",
+    "AuditError",
+    "AuditReport",
+    "AutoParallelMissingError",
+    "ConstraintsError",
+    "Flag",
+    "InfeasibleConstraintsError",
+    "InvalidOptionError",
+    "InvalidRowError",
+    "Linearity",
+    "NoMatchingNodesWarning",
+    "OpRule",
+    "PlannedRedistribute",
+    "PluginStateError",
+    "Role",
+    "StrictConflictError",
+    "Table",
+    "UnknownOpError",
+    "Violation",
+    "add_op_constraints",
+    "apc_redistribute",
+    "audit",
+    "default_table",
+    "register_rule",
+]
+
+__version__ = "0.1.0"
+
+
+def register_rule(row: OpRule, *, override: bool = False) -> OpRule:
+    """Add a row for your own op to the process-wide table (validated; duplicates need override)."""
+    return default_table().register(row, override=override)
+
+
+def _install() -> None:
+    from autoparallel.api import AutoParallel
+
+    if getattr(AutoParallel, "add_op_constraints", None) is not add_op_constraints:
+        AutoParallel.add_op_constraints = add_op_constraints  # type: ignore[attr-defined]
+    _install_apply()
+
+
+_install()

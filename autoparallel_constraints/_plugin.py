@@ -1,0 +1,311 @@
+"""``AutoParallel.add_op_constraints``: bind the table to an optimizer and add a formulation.
+
+The plugin's state for one ``AutoParallel`` lives on it as ``autop._apc_state``. Adding is
+atomic: everything is computed first, then the variables and constraints go into the ILP in one
+step, rolled back if any of them fails, so a failed call leaves the optimizer's problem as it was.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import types
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pulp
+import torch
+
+from ._apply import PlannedRedistribute
+from ._problem import Site, find_sites, strategy_index
+from .errors import InfeasibleConstraintsError, InvalidOptionError, PluginStateError
+from .formulations import Additions, Formulation, Namer, make_formulation
+from .table import OpRule, Table, default_table
+
+if TYPE_CHECKING:
+    from autoparallel.api import AutoParallel
+    from autoparallel.optimize_sharding import ShardingOptimizer
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["AddedConstraints", "NoMatchingNodesWarning", "PluginState", "add_op_constraints", "get_state"]
+
+MATERIALIZE_MODES = ("table", "all")
+
+
+class NoMatchingNodesWarning(UserWarning):
+    """An op asked for in ``add_op_constraints`` does not occur in the traced graph."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AddedConstraints:
+    """What one ``add_op_constraints`` call added to the ILP."""
+
+    formulation: str
+    rows: tuple[str, ...]  # table rows in force
+    nodes: tuple[str, ...]  # matched joint-graph nodes (every repeated layer)
+    constrained_nodes: tuple[str, ...]  # matched nodes with at least one non-co-sharded strategy
+    constraints: dict[str, int]  # family -> count
+    variables: dict[str, int]
+    constraint_names: tuple[str, ...]
+    variable_names: tuple[str, ...]
+    build_seconds: float
+
+    @property
+    def num_constraints(self) -> int:
+        return len(self.constraint_names)
+
+    @property
+    def num_variables(self) -> int:
+        return len(self.variable_names)
+
+    def __str__(self) -> str:
+        fam = ", ".join(f"{k}={v}" for k, v in {**self.constraints, **self.variables}.items()) or "nothing"
+        return (
+            f"{self.formulation}: {len(self.nodes)} table nodes matched, {len(self.constrained_nodes)} "
+            f"with non-co-sharded strategies; added {fam} in {self.build_seconds:.3f}s"
+        )
+
+
+@dataclass(kw_only=True)
+class PluginState:
+    """The plugin's bookkeeping for one AutoParallel instance."""
+
+    autop: Any
+    table: Table
+    rules: list[OpRule]
+    formulation: Formulation
+    materialize: str
+    sites: list[Site]
+    additions: Additions
+    added: AddedConstraints
+    objective_terms: list[tuple[pulp.LpVariable, float]] = field(default_factory=list)
+
+    @property
+    def optimizer(self) -> ShardingOptimizer:
+        return self.autop.sharding_optimizer
+
+    def planned_redistributes(self, placement: dict[torch.fx.Node, Any]) -> list[PlannedRedistribute]:
+        """The plugin redistributions the given plan needs, one per (node, offending input).
+
+        A site runs its repaired strategy when the plan picked a strategy ``o`` with a repair
+        ``(root, o)``; every cluster twin of the root gets its own node.
+        """
+        opt = self.optimizer
+        out: list[PlannedRedistribute] = []
+        for site in self.sites:
+            chosen = placement.get(site.orig)
+            if chosen is None:
+                continue
+            o = strategy_index(opt, site.node, chosen)
+            repair = self.additions.repairs.get((site.root_idx, o)) if o is not None else None
+            if repair is None:
+                continue
+            for i, target in repair.targets.items():
+                arg = next((b.label for b in site.binding.args if b.spec_index == i), f"arg{i}")
+                source = chosen.input_specs[i]
+                out.append(
+                    PlannedRedistribute(
+                        node=site.orig.name,
+                        op=site.rule.name,
+                        arg=arg,
+                        spec_index=i,
+                        source=source,
+                        target=type(target)(source.mesh, target.placements, tensor_meta=source.tensor_meta),
+                        constraint=repair.variable,
+                        cost=repair.cost,
+                    )
+                )
+        return out
+
+
+def get_state(autop: Any) -> PluginState | None:
+    return getattr(autop, "_apc_state", None)
+
+
+def _normalize_ops(ops: Any) -> Any:
+    if ops is None or isinstance(ops, (str, torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return ops
+    if isinstance(ops, Iterable) and not isinstance(ops, (bytes, dict)):
+        items = list(ops)
+        for item in items:
+            if not isinstance(item, (str, torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+                raise InvalidOptionError(
+                    f"ops must hold op names, op packets or overloads (e.g. 'index_put', "
+                    f"torch.ops.aten.add.Tensor); got an item of type {type(item).__name__}: {item!r}"
+                )
+        if not items:
+            raise InvalidOptionError("ops is empty; pass None for the whole table")
+        return items
+    raise InvalidOptionError(
+        f"ops must be None, a name, an op or a list of them; got {type(ops).__name__}: {ops!r}"
+    )
+
+
+def _check_autop(autop: Any) -> ShardingOptimizer:
+    active = getattr(autop, "active", False)
+    if active is not True or getattr(autop, "sharding_optimizer", None) is None:
+        raise PluginStateError(
+            "add_op_constraints must be called inside the AutoParallel context: "
+            "`with AutoParallel(model, input_fn, mesh) as autop: autop.add_op_constraints(...)`"
+            + (" (this AutoParallel's with-block has already exited)" if active is None else "")
+        )
+    if getattr(autop, "sharding_placement", None) is not None:
+        raise PluginStateError(
+            "add_op_constraints was called after optimize_placement(); call it before solving so "
+            "the constraints are part of the problem"
+        )
+    if get_state(autop) is not None:
+        prev = get_state(autop)
+        raise PluginStateError(
+            f"add_op_constraints was already called on this AutoParallel (formulation "
+            f"{prev.formulation.name!r}, {len(prev.rules)} rows); calls do not merge — pass every op "
+            "in one call"
+        )
+    return autop.sharding_optimizer
+
+
+def add_op_constraints(
+    self: AutoParallel,
+    ops: Any = None,
+    *,
+    formulation: str = "explicit",
+    materialize: str = "table",
+    table: Table | None = None,
+    **options: Any,
+) -> AddedConstraints:
+    """Add the compatibility table's rules for ``ops`` to this AutoParallel's ILP.
+
+    Args:
+        ops: None for the whole table, or names (``"index_put"``, ``"aten.add.Tensor"``, a family
+            such as ``"pointwise"``), op packets or overloads. Unknown names raise
+            :class:`~autoparallel_constraints.UnknownOpError` listing close names.
+        formulation: ``"explicit"`` (default: a non-co-sharded strategy only with a priced,
+            materialized redistribution) or ``"strict"`` (forbid it).
+        materialize: ``"table"`` — planned redistributions into table ops become real nodes.
+        table: a :class:`Table` to use instead of the process-wide default.
+        **options: options of the formulation.
+
+    Returns:
+        :class:`AddedConstraints`: matched nodes, and the variables and constraints added by family.
+    """
+    opt = _check_autop(self)
+    if materialize not in MATERIALIZE_MODES:
+        raise InvalidOptionError(f"materialize must be one of {MATERIALIZE_MODES}, got {materialize!r}")
+    if materialize == "all":
+        raise InvalidOptionError(
+            "materialize='all' (every planned redistribution of the graph as an explicit node) is "
+            "not available in this version; use materialize='table'"
+        )
+    if table is not None and not isinstance(table, Table):
+        raise InvalidOptionError(f"table must be an autoparallel_constraints.Table, got {type(table).__name__}")
+    t0 = time.perf_counter()
+    selectors = _normalize_ops(ops)
+    table = table if table is not None else default_table()
+    rules = table.select(selectors)
+    form = make_formulation(formulation, **options)
+    sites, t_sites = find_sites(opt, rules)
+    if selectors is not None:
+        _warn_missing(opt, rules, sites, selectors)
+    namer = Namer(form.name, taken=opt.prob.constraints)
+    additions = form.build(opt, sites, namer)
+    _add_atomically(opt.prob, additions)
+    build_seconds = time.perf_counter() - t0
+
+    nodes = tuple(s.orig.name for s in sites)
+    constrained = tuple(s.orig.name for s in sites if s.bad_indices)
+    added = AddedConstraints(
+        formulation=form.name,
+        rows=tuple(r.name for r in rules),
+        nodes=nodes,
+        constrained_nodes=constrained,
+        constraints=_families(additions.constraints),
+        variables=_families(additions.variables),
+        constraint_names=tuple(additions.constraints),
+        variable_names=tuple(additions.variables),
+        build_seconds=build_seconds,
+    )
+    state = PluginState(
+        autop=self,
+        table=table,
+        rules=rules,
+        formulation=form,
+        materialize=materialize,
+        sites=sites,
+        additions=additions,
+        added=added,
+        objective_terms=list(additions.objective),
+    )
+    _install_optimizer_hooks(opt, state)
+    self._apc_state = state
+    logger.info("apc: %s (sites %.3fs)", added, t_sites)
+    return added
+
+
+def _families(named: dict[str, Any]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for name in named:
+        family = name.rsplit("_", 1)[0]
+        counts[family] = counts.get(family, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def _warn_missing(opt: ShardingOptimizer, rules: Sequence[OpRule], sites: Sequence[Site], selectors: Any) -> None:
+    present = {s.rule.op for s in sites}
+    missing = [r.name for r in rules if r.op not in present]
+    if missing and not present:
+        ops_in_graph = sorted({str(n.target) for n in opt.graph.nodes if n.op == "call_function"})
+        warnings.warn(
+            f"none of the requested ops ({', '.join(missing)}) occurs in the traced graph; nothing "
+            f"was constrained. Ops in the graph: {', '.join(ops_in_graph)}",
+            NoMatchingNodesWarning,
+            stacklevel=3,
+        )
+
+
+def _add_atomically(prob: pulp.LpProblem, additions: Additions) -> None:
+    added: list[str] = []
+    try:
+        for name, constraint in additions.constraints.items():
+            if name in prob.constraints:
+                raise PluginStateError(f"constraint name {name!r} is already in the problem")
+            prob.addConstraint(constraint, name)
+            added.append(name)
+    except BaseException:
+        for name in added:
+            prob.constraints.pop(name, None)
+        raise
+
+
+def _install_optimizer_hooks(opt: ShardingOptimizer, state: PluginState) -> None:
+    """Make the plugin's costs part of every objective and check pins before every solve.
+
+    autoparallel (re)sets the objective in ``get_solution`` (``_set_objective``), replacing any
+    term added to ``prob`` beforehand, so the terms are appended right after it sets its own.
+    """
+    set_objective = opt._set_objective
+    solve = opt._solve
+
+    def _set_objective(self: Any) -> None:
+        set_objective()
+        if state.objective_terms:
+            self.prob.objective += pulp.lpSum(cost * var for var, cost in state.objective_terms)
+
+    def _solve(self: Any, verbose: bool = False) -> None:
+        state.formulation.check_pins(self, state.sites, state.additions)
+        try:
+            solve(verbose)
+        except RuntimeError as exc:
+            if self.prob.status != -1:
+                raise
+            raise InfeasibleConstraintsError(
+                f"no plan satisfies the compatibility table ({state.formulation.name}: "
+                f"{', '.join(f'{k}={v}' for k, v in state.added.constraints.items())}) together with "
+                f"the other constraints. Table nodes involved: {', '.join(state.added.constrained_nodes)}. "
+                "Try formulation='explicit', or relax input/output/node constraints."
+            ) from exc
+
+    opt._set_objective = types.MethodType(_set_objective, opt)
+    opt._solve = types.MethodType(_solve, opt)

@@ -1,0 +1,66 @@
+"""Exceptions raised by autoparallel_constraints.
+
+Every error names what was wrong, where (node, op, argument, rule), and what to do about it.
+All of them derive from :class:`ConstraintsError`, so callers can catch the package's failures
+with one ``except`` clause.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AutoParallelMissingError",
+    "AuditError",
+    "ConstraintsError",
+    "InfeasibleConstraintsError",
+    "InvalidOptionError",
+    "InvalidRowError",
+    "PluginStateError",
+    "StrictConflictError",
+    "UnknownOpError",
+]
+
+PIN_COMMIT = "a54c2529b1cb10b6b27a585b4a6fc2f84bc1d232"
+INSTALL_HINT = (
+    "Install autoparallel from its public repository at the pinned commit:\n"
+    f"    pip install 'git+https://github.com/meta-pytorch/autoparallel@{PIN_COMMIT}'\n"
+    "(The PyPI package named 'autoparallel' is an unrelated project; uninstall it first if present.)"
+)
+
+
+class ConstraintsError(Exception):
+    """Base class of every error this package raises."""
+
+
+class AutoParallelMissingError(ConstraintsError, ImportError):
+    """meta-pytorch/autoparallel is not importable, or the importable one is not it."""
+
+
+class UnknownOpError(ConstraintsError, KeyError):
+    """An op name or overload has no row in the compatibility table."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class InvalidRowError(ConstraintsError, ValueError):
+    """A compatibility-table row is inconsistent (roles, dims, alignment or Partial rules)."""
+
+
+class InvalidOptionError(ConstraintsError, ValueError):
+    """An argument of ``add_op_constraints`` (or another entry point) has a wrong type or value."""
+
+
+class PluginStateError(ConstraintsError, RuntimeError):
+    """A call came at the wrong time (outside the ``with`` block, after solving, before apply)."""
+
+
+class StrictConflictError(ConstraintsError, RuntimeError):
+    """The ``strict`` formulation and a user pin exclude every legal strategy of a table op."""
+
+
+class InfeasibleConstraintsError(ConstraintsError, RuntimeError):
+    """The solver found no plan that satisfies the table together with the user's constraints."""
+
+
+class AuditError(ConstraintsError, RuntimeError):
+    """The audit was asked for something it cannot check (e.g. before ``apply_placement``)."""

@@ -1,0 +1,107 @@
+"""What every formulation receives and returns.
+
+A formulation is a pure function of the optimizer's problem and the table sites: it *builds* the
+named variables, constraints and objective terms it wants, and the plugin adds them to the ILP in
+one step afterwards (so a failure while building leaves the problem untouched).
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from ..errors import InvalidOptionError
+
+if TYPE_CHECKING:
+    import pulp
+    from autoparallel.optimize_sharding import ShardingOptimizer
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec
+
+    from .._problem import Site
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Additions", "Formulation", "Namer", "Repair"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Repair:
+    """An explicit redistribution planned for strategy ``out_idx`` of a site's root node.
+
+    ``targets`` maps an input-spec index to the spec it is brought to; ``source`` holds the spec
+    the strategy itself asks for (what autoparallel's apply step delivers), so the transition
+    the plugin materializes is ``source[i] -> targets[i]``.
+    """
+
+    variable: str
+    link: str
+    root_idx: int
+    out_idx: int
+    sources: Mapping[int, DTensorSpec]
+    targets: Mapping[int, DTensorSpec]
+    cost: float
+
+
+@dataclass(kw_only=True, slots=True)
+class Additions:
+    """Everything a formulation adds to the ILP, by name and family."""
+
+    constraints: dict[str, pulp.LpConstraint] = field(default_factory=dict)
+    variables: dict[str, pulp.LpVariable] = field(default_factory=dict)
+    objective: list[tuple[pulp.LpVariable, float]] = field(default_factory=list)
+    repairs: dict[tuple[int, int], Repair] = field(default_factory=dict)  # (root_idx, out_idx)
+
+    def by_family(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for name in [*self.constraints, *self.variables]:
+            family = name.rsplit("_", 1)[0]
+            counts[family] = counts.get(family, 0) + 1
+        return dict(sorted(counts.items()))
+
+
+class Namer:
+    """``<formulation>.<family>_<idx>`` names, counted per family."""
+
+    def __init__(self, prefix: str, taken: Mapping[str, Any] | None = None) -> None:
+        self.prefix = prefix
+        self._counts: dict[str, int] = {}
+        self._taken = taken or {}
+
+    def __call__(self, family: str) -> str:
+        while True:
+            idx = self._counts.get(family, 0)
+            self._counts[family] = idx + 1
+            name = f"{self.prefix}.{family}_{idx:03d}"
+            if name not in self._taken:
+                return name
+
+
+class Formulation(abc.ABC):
+    """Base class: a named way of adding the table's rules to autoparallel's ILP.
+
+    Subclasses set ``name``, list their options in ``options`` (name -> default) and implement
+    :meth:`build`. Their docstring states the math: sets, variables, objective terms and numbered
+    constraint families, each with "-> Implemented in".
+    """
+
+    name: ClassVar[str]
+    options: ClassVar[Mapping[str, Any]] = {}
+
+    def __init__(self, **options: Any) -> None:
+        unknown = sorted(set(options) - set(self.options))
+        if unknown:
+            known = ", ".join(sorted(self.options)) or "none"
+            raise InvalidOptionError(
+                f"formulation {self.name!r} has no option(s) {', '.join(unknown)}; its options are: {known}"
+            )
+        self.config = {**self.options, **options}
+
+    @abc.abstractmethod
+    def build(self, opt: ShardingOptimizer, sites: Sequence[Site], namer: Namer) -> Additions:
+        """Compute the additions for ``sites`` without touching ``opt.prob``."""
+
+    def check_pins(self, opt: ShardingOptimizer, sites: Sequence[Site], additions: Additions) -> None:
+        """Called before every solve: raise if user pins contradict this formulation. Default: no-op."""

@@ -1,0 +1,56 @@
+"""Small models the demo, the lab and the tests run: the seed block of upstream issue #348.
+
+Built from code only, nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+__all__ = ["SeedBlock", "SeedConfig", "SEED_CONFIG"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SeedConfig:
+    """Sizes of the seed block. The defaults are the seed's: 73 heads of 64, batch 16, seq 128."""
+
+    num_heads: int = 73
+    head_dim: int = 64
+    batch: int = 16
+    seq: int = 128
+
+    @property
+    def hidden(self) -> int:
+        return self.num_heads * self.head_dim
+
+
+SEED_CONFIG = SeedConfig()
+
+
+class SeedBlock(nn.Module):
+    """Falcon-style fused projection used twice, as in upstream autoparallel issue #348.
+
+    ``h = proj(x).view(B, S, NH, HD)``; the output is ``h[..., :-2, :]`` plus the list-indexed head
+    ``h[..., [-2], :]`` broadcast over the sliced heads. The list index is advanced indexing, so
+    the joint graph's backward contains ``index_put(zeros, [None, None, idx], grad, accumulate=True)``,
+    and the two uses of ``h`` with different shapes let the solver shard them differently.
+    """
+
+    def __init__(self, config: SeedConfig = SEED_CONFIG) -> None:
+        super().__init__()
+        self.config = config
+        self.proj = nn.Linear(config.hidden, config.hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, seq, _ = x.shape
+        h = self.proj(x).view(batch, seq, self.config.num_heads, self.config.head_dim)
+        sliced = h[..., :-2, :]
+        picked = h[..., [-2], :]
+        return sliced + picked.expand_as(sliced)
+
+    def make_input(self, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        c = self.config
+        return torch.randn(c.batch, c.seq, c.hidden, device=device, dtype=dtype)
