@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-__all__ = ["SeedBlock", "SeedConfig", "SEED_CONFIG"]
+__all__ = ["SEED_CONFIG", "SeedBlock", "SeedConfig", "SeedStack"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -50,6 +50,30 @@ class SeedBlock(nn.Module):
         sliced = h[..., :-2, :]
         picked = h[..., [-2], :]
         return sliced + picked.expand_as(sliced)
+
+    def make_input(self, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        c = self.config
+        return torch.randn(c.batch, c.seq, c.hidden, device=device, dtype=dtype)
+
+
+class SeedStack(nn.Module):
+    """``layers`` repeated seed blocks, each projected back to the hidden size.
+
+    Identical layers let autoparallel link their ILP variables (``repeated_subgraphs``), so the
+    plugin's per-node decisions bind every layer at once.
+    """
+
+    def __init__(self, config: SeedConfig = SEED_CONFIG, layers: int = 2) -> None:
+        super().__init__()
+        self.config = config
+        self.blocks = nn.ModuleList(SeedBlock(config) for _ in range(layers))
+        kept = (config.num_heads - 2) * config.head_dim
+        self.outs = nn.ModuleList(nn.Linear(kept, config.hidden, bias=False) for _ in range(layers))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block, out in zip(self.blocks, self.outs):
+            x = out(block(x).flatten(-2))
+        return x
 
     def make_input(self, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> torch.Tensor:
         c = self.config

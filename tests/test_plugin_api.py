@@ -1,0 +1,106 @@
+"""Guards the public call ``autop.add_op_constraints``: it exists after import, returns what it
+added by family with ``<formulation>.<family>_<idx>`` names, refuses bad input with package errors
+that name the fix, and leaves the optimizer's problem untouched when it fails."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from autoparallel.api import AutoParallel
+from torch import nn
+from torch.distributed.tensor.placement_types import Replicate, Shard
+
+import autoparallel_constraints as apc
+
+
+class AddMul(nn.Module):
+    """Linear, then broadcasting add and mul: two pointwise table ops and a bias-like broadcast."""
+
+    def __init__(self, dim: int = 16) -> None:
+        super().__init__()
+        self.fc = nn.Linear(dim, dim, bias=False)
+        self.scale = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.fc(x)
+        return (y + x) * self.scale
+
+
+def _autop(mesh):
+    with torch.device("meta"):
+        model = AddMul()
+    return AutoParallel(model, lambda: torch.randn(8, 4, 16), mesh)
+
+
+def _problem_fingerprint(opt):
+    prob = opt.prob
+    return (tuple(prob.constraints), len(prob.variables()), str(prob.objective))
+
+
+def test_add_op_constraints_is_installed_and_reports_families(make_mesh):
+    """After import, AutoParallel has add_op_constraints; names are <formulation>.<family>_<idx>."""
+    assert AutoParallel.add_op_constraints is apc.add_op_constraints
+    with _autop(make_mesh((2,))) as autop:
+        autop.add_input_constraints([(Shard(0),)])
+        added = autop.add_op_constraints(["add", torch.ops.aten.mul.Tensor], formulation="strict")
+        assert set(added.rows) == {"aten.add.Tensor", "aten.mul.Tensor"}
+        assert added.nodes and set(added.constrained_nodes) <= set(added.nodes)
+        assert added.constraint_names and all(n.startswith("strict.forbid_") for n in added.constraint_names)
+        assert set(added.constraint_names) <= set(autop.sharding_optimizer.prob.constraints)
+        assert added.constraints == {"strict.forbid": len(added.constraint_names)}
+        autop.optimize_placement()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"ops": "index_putt"}, apc.UnknownOpError, "Close names: index_put"),
+        ({"ops": 3}, apc.InvalidOptionError, "ops must be None, a name"),
+        ({"ops": ["add", 3.5]}, apc.InvalidOptionError, "item of type float"),
+        ({"ops": []}, apc.InvalidOptionError, "ops is empty"),
+        ({"formulation": "strictt"}, apc.InvalidOptionError, "Did you mean 'strict'"),
+        ({"formulation": "strict", "penalty": 3}, apc.InvalidOptionError, "has no option"),
+        ({"materialize": "some"}, apc.InvalidOptionError, "materialize must be one of"),
+        ({"table": {"add": 1}}, apc.InvalidOptionError, "table must be"),
+    ],
+)
+def test_bad_input_raises_and_leaves_problem_unchanged(make_mesh, kwargs, error, match):
+    """Each bad argument raises a package error naming the fix; the ILP is exactly as before."""
+    with _autop(make_mesh((2,))) as autop:
+        before = _problem_fingerprint(autop.sharding_optimizer)
+        with pytest.raises(error, match=match):
+            autop.add_op_constraints(**kwargs)
+        assert _problem_fingerprint(autop.sharding_optimizer) == before
+        assert getattr(autop, "_apc_state", None) is None
+
+
+def test_call_timing_errors(make_mesh):
+    """Outside the with block, twice, or after optimize_placement: PluginStateError with the fix."""
+    autop = _autop(make_mesh((2,)))
+    with pytest.raises(apc.PluginStateError, match="inside the AutoParallel context"):
+        autop.add_op_constraints()
+    with autop:
+        autop.add_op_constraints(formulation="strict")
+        with pytest.raises(apc.PluginStateError, match="already called"):
+            autop.add_op_constraints()
+    with _autop(make_mesh((2,))) as autop2:
+        autop2.optimize_placement()
+        with pytest.raises(apc.PluginStateError, match="after optimize_placement"):
+            autop2.add_op_constraints()
+    with pytest.raises(apc.PluginStateError, match="already exited"):
+        autop2.add_op_constraints()
+
+
+def test_op_absent_from_graph_warns_with_what_is_there(make_mesh):
+    """Asking only for an op the graph lacks warns and lists the graph's ops."""
+    with _autop(make_mesh((2,))) as autop:
+        with pytest.warns(apc.NoMatchingNodesWarning, match="aten.mm|aten.add"):
+            added = autop.add_op_constraints("where", formulation="strict")
+        assert added.nodes == ()
+
+
+def test_audit_before_apply_raises(make_mesh):
+    """audit() before apply_placement says to apply first."""
+    with _autop(make_mesh((2,))) as autop:
+        with pytest.raises(apc.AuditError, match="apply_placement"):
+            apc.audit(autop)
