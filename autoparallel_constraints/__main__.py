@@ -36,13 +36,22 @@ def demo(args: argparse.Namespace) -> int:
     mesh = cpu_mesh(args.mesh)
     rows = []
     with device_name(args.device_name):
-        for i, form in enumerate(formulations, 1):
-            print(f"[{i}/{len(formulations)}] {form} ...", file=sys.stderr, flush=True)
-            with fresh_strategy_cache():
-                summary, report = run_seed(form, mesh)
-            rows.append(summary)
-            if args.verbose and report is not None:
-                print(report, file=sys.stderr)
+        # Round-robin over the formulations so warm-up and machine noise hit them alike; keep the
+        # fastest build+solve of each.
+        best: dict[str, object] = {}
+        total = args.repeat * len(formulations)
+        step = 0
+        for _ in range(args.repeat):
+            for form in formulations:
+                step += 1
+                print(f"[{step}/{total}] {form} ...", file=sys.stderr, flush=True)
+                with fresh_strategy_cache():
+                    summary, report = run_seed(form, mesh)
+                if form not in best or summary.build_solve_s < best[form].build_solve_s:  # type: ignore[attr-defined]
+                    best[form] = summary
+                if args.verbose and report is not None:
+                    print(report, file=sys.stderr)
+        rows = [best[f] for f in formulations]
     print(f"seed block (upstream #348) on a {'x'.join(map(str, args.mesh))} CPU mesh, cost model as "
           f"{args.device_name}")
     print(render_table(rows))
@@ -65,6 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--mesh", type=_parse_mesh, default=(2, 4), help="mesh shape, e.g. 2x4 (default)")
     p.add_argument("--formulations", default=None, help="comma list, default: none and every formulation")
     p.add_argument("--device-name", default="H100", help="GPU whose limits the cost model uses (CPU run)")
+    p.add_argument("--repeat", type=int, default=1, help="runs per formulation; the fastest is shown")
     p.add_argument("--json", default=None, help="also write the rows as JSON to this file")
     p.add_argument("-v", "--verbose", action="store_true", help="print each audit report")
     p.set_defaults(func=demo)
