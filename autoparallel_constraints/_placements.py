@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from torch.distributed.tensor.placement_types import Partial, Placement, Replicate, Shard
+from torch.distributed.tensor.placement_types import Partial, Placement, Replicate, Shard, _StridedShard
 
 if TYPE_CHECKING:
     from torch.distributed.tensor._dtensor_spec import DTensorSpec
@@ -19,9 +19,8 @@ __all__ = ["fmt_placement", "fmt_placements", "fmt_spec", "local_shape"]
 
 def fmt_placement(p: Placement) -> str:
     """``S(d)``, ``R``, ``P(op)`` or ``SS(d,split)`` for a strided shard."""
-    split = getattr(p, "split_factor", None)
-    if split is not None and isinstance(p, Shard):
-        return f"SS({p.dim},{split})"
+    if isinstance(p, _StridedShard):  # not a Shard subclass in torch 2.13
+        return f"SS({p.dim},{p.split_factor})"
     if isinstance(p, Shard):
         return f"S({p.dim})"
     if isinstance(p, Replicate):

@@ -239,3 +239,17 @@ def test_selectors_names_packets_families():
     assert [r.name for r in table.select(aten.add)] == ["aten.add.Tensor"]
     assert [r.name for r in table.select([aten.where.self])] == ["aten.where.self"]
     assert len(table.select("pointwise")) == 9
+
+
+def test_strided_shard_counts_as_shard(mesh24):
+    """_StridedShard (not a Shard subclass in torch 2.13) is a shard: mixing it with R is flagged,
+    and it prints as SS(dim,split)."""
+    from torch.distributed.tensor.placement_types import _StridedShard
+
+    from autoparallel_constraints._placements import fmt_placement
+
+    binding = bind(_row(aten.add.Tensor), _graph_node(aten.add.Tensor, [(8, 8), (8, 8)]))
+    ss = _StridedShard(0, split_factor=2)
+    specs = [_spec(mesh24, (ss, S(0)), (8, 8)), _spec(mesh24, (R, S(0)), (8, 8))]
+    assert check(binding, specs, _spec(mesh24, (ss, S(0)), (8, 8)))
+    assert fmt_placement(ss) == "SS(0,2)"

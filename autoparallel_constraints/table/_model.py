@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.distributed.tensor.placement_types import Partial, Placement, Replicate, Shard
+from torch.distributed.tensor.placement_types import Partial, Placement, Replicate, Shard, _StridedShard
 
 from .._placements import fmt_placement
 
@@ -357,7 +357,8 @@ def bind(
 
 
 def _shard_dim(p: Placement) -> int | None:
-    return p.dim if isinstance(p, Shard) else None
+    """The tensor dim ``p`` shards; _StridedShard is not a Shard subclass in torch 2.13."""
+    return p.dim if isinstance(p, (Shard, _StridedShard)) else None
 
 
 def _split(p: Placement) -> int | None:
@@ -571,9 +572,14 @@ def repair_targets(
             current = spec.placements[m]
             if b.arg.role is Role.INDEX:
                 placements.append(Replicate())
-            elif isinstance(p, Shard):
+            elif isinstance(p, (Shard, _StridedShard)):
                 real = next((d for d, e in enumerate(b.dim_map) if e == p.dim), None)
-                placements.append(Shard(real) if real is not None else Replicate())
+                if real is None:
+                    placements.append(Replicate())
+                elif isinstance(p, _StridedShard):
+                    placements.append(_StridedShard(real, split_factor=p.split_factor))
+                else:
+                    placements.append(Shard(real))
             elif isinstance(p, Partial):
                 # keep whatever Partial combination the inputs already carry; check() decides
                 placements.append(current if isinstance(current, (Partial, Replicate)) else Replicate())

@@ -13,6 +13,15 @@ from ._harness import (
     init_fake_process_group,
     reset_strategy_cache,
 )
+from ._numerics import (
+    NumericsReport,
+    ShardPerturbation,
+    TensorCheck,
+    apply_on_one_rank,
+    rank_aware_all_to_all,
+    run_numerics,
+    run_parallel_graph,
+)
 from ._inject import (
     OfferedStrategy,
     chosen_strategy,
@@ -25,7 +34,14 @@ from ._inject import (
 
 __all__ = [
     "DEFAULT_DEVICE_NAME",
+    "NumericsReport",
     "OfferedStrategy",
+    "ShardPerturbation",
+    "TensorCheck",
+    "apply_on_one_rank",
+    "rank_aware_all_to_all",
+    "run_numerics",
+    "run_parallel_graph",
     "chosen_strategy",
     "find_nodes",
     "lower_with_inductor",

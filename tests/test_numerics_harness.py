@@ -1,0 +1,257 @@
+"""Guards the LocalTensorMode numerics runner (``autoparallel_constraints.testing._numerics``).
+
+The runner is what every correctness claim of the package rests on, so it is proved both ways:
+exact on plans that are right (a Linear, an MLP, the seed block, uneven shards, a ``_StridedShard``
+parameter, an all_to_all redistribution), and failing, with the failing tensor named, when a shard
+is corrupted and when torch's rank-0 all_to_all fallback is left in place (autoparallel a54c252's
+Partial-divergence plan is in test_numerics_plugin.py). Real autoparallel throughout, no mocks.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.distributed._local_tensor import LocalTensor, LocalTensorMode
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.placement_types import Replicate, Shard, _StridedShard
+
+from autoparallel_constraints.errors import InvalidOptionError
+from autoparallel_constraints.models import SeedBlock, SeedConfig
+from autoparallel_constraints.testing import _numerics
+from autoparallel_constraints.testing._harness import cpu_mesh
+from autoparallel_constraints.testing._numerics import (
+    NumericsReport,
+    ShardPerturbation,
+    rank_aware_all_to_all,
+    run_numerics,
+)
+
+SMALL_SEED = SeedConfig(num_heads=6, head_dim=8, batch=4, seq=8)
+
+
+class MLP(nn.Module):
+    def __init__(self, dim: int = 16, hidden: int = 32) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden, bias=False)
+        self.fc2 = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+class ReluScale(nn.Module):
+    """``relu(x) * w``: pinning relu to S(0) and the product to S(1) forces an S(0) -> S(1)."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x) * self.w
+
+
+def _first(autop, target) -> torch.fx.Node:
+    return next(n for n in autop.gm.graph.nodes if n.target == target)
+
+
+def _pin_column_parallel_fc1(autop) -> None:
+    """fc1's matmul as (S(0), S(1)): fc1.weight is used as (R, S(0)) while stored (S(0), S(0)),
+    the pattern autoparallel lays out with a reversed shard order (``_StridedShard``)."""
+    autop.sharding_optimizer.add_node_constraint(_first(autop, torch.ops.aten.mm.default), (Shard(0), Shard(1)))
+
+
+def _pin_all_to_all(autop) -> None:
+    """relu and the aliases after it stay S(0); the product is S(1): the edge is an S(0) -> S(1)."""
+    optimizer = autop.sharding_optimizer
+    relu = _first(autop, torch.ops.aten.relu.default)
+    frontier = [relu]
+    while frontier:
+        node = frontier.pop()
+        optimizer.add_node_constraint(node, (Shard(0),))
+        frontier.extend(u for u in node.users if u.target == torch.ops.aten.alias.default)
+    optimizer.add_node_constraint(_first(autop, torch.ops.aten.mul.Tensor), (Shard(1),))
+
+
+def _assert_exact(report: NumericsReport) -> None:
+    assert report.ok, f"{report}\n{report.placement_summary}\n{report.details}"
+
+
+# --------------------------------------------------------------------------------------------
+# Exact on correct plans
+# --------------------------------------------------------------------------------------------
+
+
+def test_linear_exact_on_1d_mesh() -> None:
+    """A Linear with bias on (2,): forward and both parameter gradients match the reference."""
+    report = run_numerics(lambda: nn.Linear(16, 16), lambda: torch.randn(8, 16), (2,))
+    _assert_exact(report)
+    assert {c.name for c in report.checks} == {"output[0]", "grad:weight", "grad:bias"}
+    assert all(c.ratio == pytest.approx(1.0, abs=1e-6) for c in report.checks)
+
+
+def test_mlp_exact_on_2d_mesh_with_input_gradients() -> None:
+    """An MLP on (2, 2) traced with a differentiable input: the input gradient is checked too."""
+    report = run_numerics(MLP, lambda: torch.randn(8, 16), (2, 2), input_requires_grad=True)
+    _assert_exact(report)
+    assert {c.name for c in report.checks} == {"output[0]", "grad:fc1.weight", "grad:fc2.weight", "grad:input[0]"}
+
+
+@pytest.mark.parametrize("mesh_shape", [(2,), (2, 2)])
+def test_seed_block_exact(mesh_shape: tuple[int, ...]) -> None:
+    """The Falcon-style seed block (index_put in its backward) at small sizes, default plan."""
+    report = run_numerics(
+        lambda: SeedBlock(SMALL_SEED), lambda: SeedBlock(SMALL_SEED).make_input(), mesh_shape, atol=1e-4, rtol=1e-5
+    )
+    _assert_exact(report)
+    assert report.check("grad:proj.weight").ratio == pytest.approx(1.0, abs=1e-5)
+
+
+def test_uneven_shards_exact() -> None:
+    """Shards of different sizes (torch.chunk: 10 over 4 ranks is 3,3,3,1; a batch of 6 is 2,2,2,0)
+    are built, run and gathered consistently with the parallel graph."""
+    report = run_numerics(lambda: nn.Linear(12, 10), lambda: torch.randn(6, 12), (4,), input_requires_grad=True)
+    _assert_exact(report)
+    assert report.physical["param:bias"] == (Shard(0),), report.placement_summary  # 10 over 4
+    assert report.physical["input[0]"] == (Shard(0),), report.placement_summary  # 6 over 4, one empty
+
+
+def test_strided_shard_parameter_exact() -> None:
+    """A parameter (and its gradient) whose shard order autoparallel reverses is laid out as
+    _StridedShard; sharding and gathering by that physical layout is exact, and the layout really
+    differs from the logical (S(0), S(0)), so ignoring it would mis-assemble the tensor."""
+    report = run_numerics(MLP, lambda: torch.randn(8, 16), (2, 2), configure=_pin_column_parallel_fc1)
+    _assert_exact(report)
+    strided = (_StridedShard(0, split_factor=2), Shard(0))
+    assert report.physical["param:fc1.weight"] == strided, report.placement_summary
+    assert report.physical["grad:fc1.weight"] == strided, report.placement_summary
+
+    mesh = cpu_mesh((2, 2))
+    full = torch.arange(32.0).reshape(32, 1)
+    shards = {}
+    with LocalTensorMode(4):
+        for placements in ((Shard(0), Shard(0)), (_StridedShard(0, split_factor=2), Shard(0))):
+            replicated = DTensor.from_local(LocalTensor({r: full.clone() for r in range(4)}), mesh, (Replicate(),) * 2)
+            shards[placements] = replicated.redistribute(mesh, placements).to_local()._local_tensors
+    logical, physical = shards.values()
+    assert not torch.equal(logical[1], physical[1])
+
+
+def test_all_to_all_redistribution_exact() -> None:
+    """An S(0) -> S(1) redistribution compiles to the _dtensor all_to_all collective, which every
+    simulated rank runs with its own chunk: exact."""
+    report = run_numerics(
+        lambda: ReluScale(1024),
+        lambda: torch.randn(64, 1024),
+        (2,),
+        input_placements=[(Shard(0),)],
+        output_placements=[(Shard(1),)],
+        configure=_pin_all_to_all,
+    )
+    _assert_exact(report)
+    assert report.collectives.get("shard_dim_alltoall", 0) >= 1, report.placement_summary
+
+
+# --------------------------------------------------------------------------------------------
+# Failing when it should
+# --------------------------------------------------------------------------------------------
+
+
+def test_cpu_all_to_all_fallback_bakes_rank_zero() -> None:
+    """Without the rank-aware routing torch's CPU fallback indexes the gathered chunks with rank
+    0's coordinate: every rank gets rank 0's chunk and the runner reports the output wrong."""
+    report = run_numerics(
+        lambda: ReluScale(1024),
+        lambda: torch.randn(64, 1024),
+        (2,),
+        input_placements=[(Shard(0),)],
+        output_placements=[(Shard(1),)],
+        configure=_pin_all_to_all,
+        all_to_all_per_rank=False,
+    )
+    assert not report.ok
+    assert "shard_dim_alltoall" not in report.collectives
+    assert not report.check("output[0]").ok
+
+
+def test_rank_aware_all_to_all_restores_torch() -> None:
+    """The routing swaps torch's shard_dim_alltoall only while active, in both module bindings."""
+    import torch.distributed.tensor._collective_utils as collective_utils
+    import torch.distributed.tensor.placement_types as placement_types
+
+    before = (collective_utils.shard_dim_alltoall, placement_types.shard_dim_alltoall)
+    with rank_aware_all_to_all():
+        assert placement_types.shard_dim_alltoall is not before[1]
+    assert (collective_utils.shard_dim_alltoall, placement_types.shard_dim_alltoall) == before
+
+
+@pytest.mark.parametrize(
+    ("primal", "fails", "passes"),
+    [
+        ("param:weight", "output[0]", None),
+        ("tangent[0]", "grad:weight", "output[0]"),
+    ],
+)
+def test_corrupted_shard_is_detected(primal: str, fails: str, passes: str | None) -> None:
+    """Adding 1.0 to rank 1's shard of one primal makes the runner fail and name the tensor it
+    spoils; a corrupted tangent spoils gradients but not the forward output."""
+    report = run_numerics(
+        lambda: nn.Linear(16, 16),
+        lambda: torch.randn(8, 16),
+        (2,),
+        perturb=ShardPerturbation(primal=primal, rank=1, delta=1.0),
+    )
+    assert not report.ok
+    assert fails in {c.name for c in report.failures}, str(report)
+    if passes is not None:
+        assert report.check(passes).ok, str(report)
+    assert fails in str(report)
+
+
+def test_unknown_perturbation_target_raises() -> None:
+    """A ShardPerturbation naming no graph input is a caller error that lists the real names."""
+    with pytest.raises(InvalidOptionError, match=r"param:weight"):
+        run_numerics(
+            lambda: nn.Linear(8, 8), lambda: torch.randn(4, 8), (2,), perturb=ShardPerturbation(primal="param:nope")
+        )
+
+
+def test_failure_inside_the_run_is_reported_not_raised() -> None:
+    """An exception on the parallel side comes back as report.error with its stage and text."""
+
+    def broken(autop) -> None:
+        raise RuntimeError("pin refused")
+
+    report = run_numerics(lambda: nn.Linear(8, 8), lambda: torch.randn(4, 8), (2,), configure=broken)
+    assert not report.ok
+    assert report.error == "constraints: RuntimeError: pin refused"
+    assert "pin refused" in str(report) and "Traceback" in report.details
+
+
+def test_probe_rejects_a_rank_blind_local_tensor_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    """If LocalTensorMode answered the run-time coordinate op with rank 0's value for every rank
+    (as it did before torch 2.13), the runner refuses to run instead of comparing wrong."""
+
+    class RankBlind(LocalTensorMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.device_mesh._runtime_compute_coordinate_on_dim.default:
+                return 0
+            return super().__torch_dispatch__(func, types, args, kwargs)
+
+    mesh = cpu_mesh((2, 2))
+    _numerics._require_rank_aware_local_tensor(mesh, range(4))  # the real one passes
+    monkeypatch.setattr(_numerics, "LocalTensorMode", RankBlind)
+    with pytest.raises(RuntimeError, match="per simulated rank"):
+        _numerics._require_rank_aware_local_tensor(mesh, range(4))
+
+
+def test_uneven_nested_shard_flattening_is_detected() -> None:
+    """Found by this runner: at a54c252 a bias stored (S(0), S(0)) with 10 rows on (2, 2) is
+    all-gathered on the flattened 4-rank mesh as if it were chunked 3,3,3,1, while its nested
+    shards are 3,2,3,2 (``_optimize_same_nd_sharding_as_1d`` assumes even shards). The forward
+    output and the bias gradient come out wrong; the runner says so."""
+    report = run_numerics(lambda: nn.Linear(6, 10), lambda: torch.randn(6, 6), (2, 2), input_requires_grad=True)
+    assert report.physical["param:bias"] == (Shard(0), Shard(0)), report.placement_summary
+    assert not report.ok
+    assert {"output[0]", "grad:bias"} <= {c.name for c in report.failures}, str(report)
+    assert report.check("grad:weight").ok and report.check("grad:input[0]").ok
