@@ -43,6 +43,16 @@ __all__ = ["ApplyRecord", "EdgeRecord", "PlannedRedistribute", "apc_redistribute
 
 TAG = "apc_constraint"  # meta["custom"] key on parallel-graph nodes made by a plugin redistribution
 NODE_TAG = "apc_node"  # meta["custom"] key: the joint-graph node a parallel-graph node came from
+OP_TAG = "apc_op"  # meta["custom"] key: that node's op family (see op_family)
+
+
+def op_family(target: Any) -> str | None:
+    """``index_put`` for index_put/index_put_/_unsafe_index_put: one computation, several spellings
+    (the lowering may turn one into another)."""
+    packet = getattr(target, "overloadpacket", None)
+    if packet is None:
+        return None
+    return packet.__name__.strip("_").removeprefix("unsafe_")
 
 
 def apc_redistribute(local: torch.Tensor, source: DTensorSpec, target: DTensorSpec) -> torch.Tensor:
@@ -182,7 +192,7 @@ def tag_nodes(gm: torch.fx.GraphModule, targets: set[Any]) -> Iterator[None]:
     for node in gm.graph.nodes:
         if node.op == "call_function" and node.target in targets:
             previous = node.meta.get("custom")
-            node.meta["custom"] = {**(previous or {}), NODE_TAG: node.name}
+            node.meta["custom"] = {**(previous or {}), NODE_TAG: node.name, OP_TAG: op_family(node.target)}
             tagged.append((node, previous))
     try:
         yield

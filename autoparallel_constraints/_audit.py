@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from ._apply import NODE_TAG, ApplyRecord, EdgeRecord, PlannedRedistribute
+from ._apply import NODE_TAG, OP_TAG, ApplyRecord, EdgeRecord, PlannedRedistribute, op_family
 from ._placements import fmt_spec, local_shape
 from .errors import AuditError
 from .table import Table, bind, check, default_table
@@ -130,15 +130,19 @@ def _edges_by_consumer(edges: list[EdgeRecord]) -> dict[str, dict[int, EdgeRecor
 
 
 def _parallel_input_shapes(parallel_gm: torch.fx.GraphModule | None) -> dict[str, list[tuple[int, ...] | None]]:
-    """For each tagged table op in the parallel graph, the local shapes of its tensor inputs."""
+    """For each tagged table op in the parallel graph, the local shapes of its tensor inputs.
+
+    Every parallel-graph node traced while lowering joint node ``n`` carries ``n``'s tag, the
+    redistributions in front of it included, so the op itself is the tagged node of the same op
+    family (the lowering may turn ``index_put`` into ``index_put_``).
+    """
     out: dict[str, list[tuple[int, ...] | None]] = {}
     if parallel_gm is None:
         return out
     for node in parallel_gm.graph.nodes:
-        tag = (node.meta.get("custom") or {}).get(NODE_TAG)
-        if tag is None or node.op != "call_function" or tag in out:
-            continue
-        if getattr(node.target, "_opname", None) is None:
+        custom = node.meta.get("custom") or {}
+        tag = custom.get(NODE_TAG)
+        if tag is None or node.op != "call_function" or custom.get(OP_TAG) != op_family(node.target):
             continue
         shapes: list[tuple[int, ...] | None] = []
         for x in torch.utils._pytree.tree_flatten(node.args)[0]:
