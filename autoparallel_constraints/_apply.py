@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.fx.traceback as fx_traceback
 from torch.utils._pytree import tree_flatten
 
 from ._placements import fmt_spec
@@ -107,6 +108,8 @@ class ApplyRecord:
     effective: dict[torch.fx.Node, Any] = field(default_factory=dict)  # plan + plugin repairs
     edges: list[EdgeRecord] = field(default_factory=list)
     redistributes: list[PlannedRedistribute] = field(default_factory=list)
+    materialize_all: bool = False
+    materialized: list[PlannedRedistribute] = field(default_factory=list)  # materialize="all" edges
     parallel_gm: torch.fx.GraphModule | None = None
 
 
@@ -254,13 +257,29 @@ def _wrap_redistribute_tensor(original: Any) -> Any:
         record = _RECORD.get()
         if record is None:
             return original(self, arg, curr_spec, tgt_spec, node)
-        executed: list[Any] = []
-        token = _EXECUTED.set(executed)
-        try:
-            out = original(self, arg, curr_spec, tgt_spec, node)
-        finally:
-            _EXECUTED.reset(token)
-        _record_edge(record, self, node, arg, curr_spec, tgt_spec, executed, out)
+        index, producer = _edge_position(record, self, node, tgt_spec)
+        if record.materialize_all and node.target is not apc_redistribute:
+            out, executed_target = _explicit_edge(record, self, arg, curr_spec, tgt_spec, node, index)
+        else:
+            executed: list[Any] = []
+            token = _EXECUTED.set(executed)
+            try:
+                out = original(self, arg, curr_spec, tgt_spec, node)
+            finally:
+                _EXECUTED.reset(token)
+            executed_target = executed[-1] if executed else curr_spec
+        shape = tuple(int(d) if isinstance(d, int) else -1 for d in out.shape) if isinstance(out, torch.Tensor) else None
+        record.edges.append(
+            EdgeRecord(
+                consumer=node.name,
+                producer=producer,
+                arg_index=index,
+                planned_source=curr_spec,
+                planned_target=tgt_spec,
+                executed_target=executed_target,
+                local_shape=shape,
+            )
+        )
         return out
 
     redistribute_tensor.__apc_wrapped__ = True  # type: ignore[attr-defined]
@@ -282,43 +301,72 @@ def _wrap_ordered_redistribute(original: Any) -> Any:
     return ordered_redistribute_local_tensor
 
 
-def _record_edge(
-    record: ApplyRecord,
-    interp: Any,
-    node: torch.fx.Node,
-    arg: Any,
-    curr_spec: Any,
-    tgt_spec: Any,
-    executed: list[Any],
-    out: Any,
-) -> None:
+def _edge_position(record: ApplyRecord, interp: Any, node: torch.fx.Node, tgt_spec: Any) -> tuple[int, str]:
+    """(input_specs index, producer name) of the edge the interpreter is redistributing."""
     placement = interp.sharding_placement
     inputs = [x for x in tree_flatten(node.args)[0] if isinstance(x, torch.fx.Node) and x in placement]
-    if node.target is operator.getitem:
-        index = 0
-    else:
+    index = 0
+    if node.target is not operator.getitem:
         specs = list(placement[node].input_specs)
-        index = next((i for i, s in enumerate(specs) if s is tgt_spec), -1)
         # the same spec object may serve several args: take the first not yet recorded
         done = {e.arg_index for e in record.edges if e.consumer == node.name}
-        for i, s in enumerate(specs):
-            if s is tgt_spec and i not in done:
-                index = i
-                break
+        index = next((i for i, s in enumerate(specs) if s is tgt_spec and i not in done), -1)
     producer = inputs[index].name if 0 <= index < len(inputs) else "?"
-    executed_target = executed[-1] if executed else curr_spec
-    shape = tuple(int(s) if isinstance(s, int) else -1 for s in out.shape) if isinstance(out, torch.Tensor) else None
-    record.edges.append(
-        EdgeRecord(
-            consumer=node.name,
-            producer=producer,
-            arg_index=index,
-            planned_source=curr_spec,
-            planned_target=tgt_spec,
-            executed_target=executed_target,
-            local_shape=shape,
+    return index, producer
+
+
+@contextlib.contextmanager
+def _tagged_meta(name: str) -> Iterator[None]:
+    """Ops traced while active carry ``meta["custom"][TAG] = name`` in the parallel graph.
+
+    The interpreter runs each joint node under ``fx.traceback.set_current_meta`` (a copy of the
+    node's meta) and ``preserve_node_meta`` copies ``custom`` onto every traced node.
+    """
+    meta = fx_traceback.get_current_meta()
+    previous = meta.get("custom")
+    meta["custom"] = {**(previous or {}), TAG: name}
+    try:
+        yield
+    finally:
+        if previous is None:
+            meta.pop("custom", None)
+        else:
+            meta["custom"] = previous
+
+
+def _explicit_edge(
+    record: ApplyRecord, interp: Any, arg: Any, curr_spec: Any, tgt_spec: Any, node: torch.fx.Node, index: int
+) -> tuple[Any, Any]:
+    """materialize="all": the planned transition itself, with DTensor's redistribute.
+
+    Shard orders are autoparallel's (its parameter/gradient order optimization decides physical
+    layouts); Partial targets stay Partial, unlike the interpreter at the pin (PR #517).
+    """
+    from autoparallel.cost_models.collective_runtime_estimation import estimate_strategy_comms_cost
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec
+    from torch.distributed.tensor._redistribute import redistribute_local_tensor
+
+    curr_order, tgt_order = interp._compute_origin_and_target_shard_order(node, curr_spec, tgt_spec)
+    if curr_spec.placements == tgt_spec.placements and curr_order == tgt_order:
+        return arg, tgt_spec
+    source = DTensorSpec(curr_spec.mesh, curr_spec.placements, tensor_meta=curr_spec.tensor_meta, shard_order=curr_order)
+    target = DTensorSpec(tgt_spec.mesh, tgt_spec.placements, tensor_meta=tgt_spec.tensor_meta, shard_order=tgt_order)
+    name = f"all.redistribute_{len(record.materialized):03d}"
+    with _tagged_meta(name):
+        out = redistribute_local_tensor(arg, source, target)
+    record.materialized.append(
+        PlannedRedistribute(
+            node=node.name,
+            op=str(node.target),
+            arg=f"arg{index}",
+            spec_index=index,
+            source=curr_spec,
+            target=tgt_spec,
+            constraint=name,
+            cost=float(estimate_strategy_comms_cost(curr_spec, tgt_spec)),
         )
     )
+    return out, tgt_spec
 
 
 # ---------------------------------------------------------------------------------------------
@@ -332,7 +380,10 @@ def _wrap_apply_placement_common(original: Any) -> Any:
         from .table import default_table
 
         state = get_state(self)
-        record = ApplyRecord(placement=dict(sharding_placement))
+        record = ApplyRecord(
+            placement=dict(sharding_placement),
+            materialize_all=state is not None and state.materialize == "all",
+        )
         planned = state.planned_redistributes(sharding_placement) if state is not None else []
         table_ops = {row.op for row in (state.table if state is not None else default_table())}
         token = _RECORD.set(record)
@@ -343,7 +394,7 @@ def _wrap_apply_placement_common(original: Any) -> Any:
         finally:
             _RECORD.reset(token)
         record.parallel_gm = self.parallel_gm
-        record.redistributes = name_redistribute_nodes(self.parallel_gm, planned)
+        record.redistributes = name_redistribute_nodes(self.parallel_gm, [*planned, *record.materialized])
         self._apc_apply_record = record
         for plan in record.redistributes:
             logger.info("apc: materialized %s", plan.describe())

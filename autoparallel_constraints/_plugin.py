@@ -184,7 +184,9 @@ def add_op_constraints(
             :class:`~autoparallel_constraints.UnknownOpError` listing close names.
         formulation: ``"explicit"`` (default: a non-co-sharded strategy only with a priced,
             materialized redistribution) or ``"strict"`` (forbid it).
-        materialize: ``"table"`` — planned redistributions into table ops become real nodes.
+        materialize: ``"table"`` — planned redistributions into table ops become real nodes;
+            ``"all"`` — every planned redistribution of the graph does, computing exactly the
+            planned transition with DTensor's redistribute (a planned Partial stays Partial).
         table: a :class:`Table` to use instead of the process-wide default.
         **options: options of the formulation.
 
@@ -194,11 +196,6 @@ def add_op_constraints(
     opt = _check_autop(self)
     if materialize not in MATERIALIZE_MODES:
         raise InvalidOptionError(f"materialize must be one of {MATERIALIZE_MODES}, got {materialize!r}")
-    if materialize == "all":
-        raise InvalidOptionError(
-            "materialize='all' (every planned redistribution of the graph as an explicit node) is "
-            "not available in this version; use materialize='table'"
-        )
     if table is not None and not isinstance(table, Table):
         raise InvalidOptionError(f"table must be an autoparallel_constraints.Table, got {type(table).__name__}")
     t0 = time.perf_counter()

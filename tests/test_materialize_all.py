@@ -1,0 +1,88 @@
+"""Guards ``materialize="all"``: every planned redistribution of the graph becomes a named node
+that computes exactly the planned transition (Partial stays Partial), which makes autoparallel
+a54c252's natural Partial divergence (PR #517 class) exact; proven by numerics and by counting
+that no collective of the parallel graph is left implicit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.distributed.tensor.placement_types import Shard
+
+import autoparallel_constraints as apc
+from autoparallel_constraints._apply import TAG
+from autoparallel_constraints.models import SeedBlock, SeedConfig
+from autoparallel_constraints.testing import run_numerics
+
+DIVERGING = SeedConfig(num_heads=16, head_dim=64, batch=8, seq=64)
+COLLECTIVES = ("all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce", "all_to_all_single", "shard_dim_alltoall")
+
+
+_RUNS: dict = {}
+
+
+def _divergence_run(materialize: str | None):
+    """Solve+apply+run once per mode per session (the runs are deterministic and ~10 s each)."""
+    if materialize not in _RUNS:
+        _RUNS[materialize] = _fresh_run(materialize)
+    return _RUNS[materialize]
+
+
+def _fresh_run(materialize: str | None):
+    placements = [(Shard(0), Shard(1))]
+    seen: dict = {}
+
+    def configure(autop):
+        if materialize is not None:
+            autop.add_op_constraints(materialize=materialize)
+
+    def after_apply(autop):
+        seen["audit"] = apc.audit(autop)
+        seen["gm"] = autop.parallel_gm
+        seen["edges"] = autop._apc_apply_record.edges
+
+    report = run_numerics(
+        lambda: SeedBlock(DIVERGING),
+        lambda: torch.randn(DIVERGING.batch, DIVERGING.seq, DIVERGING.hidden),
+        (2, 2),
+        input_placements=placements,
+        output_placements=placements,
+        atol=1e-3,
+        rtol=1e-4,
+        configure=configure,
+        after_apply=after_apply,
+    )
+    return report, seen
+
+
+@pytest.mark.parametrize("materialize", [None, "table", "all"])
+def test_natural_divergence_exact_only_with_materialize_all(materialize):
+    """The seed model at NH=16, HD=64, batch 8, seq 64 on 2x2: proj.weight's gradient is 2x without
+    the plugin and with materialize="table" (not a table-op edge); exact with materialize="all",
+    and the audit agrees each time."""
+    report, seen = _divergence_run(materialize)
+    audit = seen["audit"]
+    if materialize == "all":
+        assert report.ok, report
+        assert audit.ok, audit
+    else:
+        assert report.check("grad:proj.weight").ratio == pytest.approx(2.0, abs=1e-4), report
+        assert audit.by_kind("edge_diverges"), audit
+
+
+def test_materialize_all_leaves_no_redistribution_implicit():
+    """Counting: one named node per planned transition (edges whose planned source and target
+    differ), each present in the parallel graph, and every collective carries a plugin tag."""
+    _, seen = _divergence_run("all")
+    audit, gm, edges = seen["audit"], seen["gm"], seen["edges"]
+    planned = [e for e in edges if e.planned_source.placements != e.planned_target.placements]
+    reds = [r for r in audit.redistributes if r.constraint.startswith("all.")]
+    assert len(reds) >= len(planned) > 0
+    names = {n.name for n in gm.graph.nodes}
+    assert all(r.parallel_node in names for r in reds)
+    collectives = [n for n in gm.graph.nodes if n.op == "call_function" and any(c in str(n.target) for c in COLLECTIVES)]
+    assert collectives
+    untagged = [n.name for n in collectives if TAG not in (n.meta.get("custom") or {})]
+    assert untagged == []
+    partial_kept = [r for r in reds if any(p.is_partial() for p in r.target.placements)]
+    assert partial_kept, "the diverging edge's Partial target must be materialized as Partial"
