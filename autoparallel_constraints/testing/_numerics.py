@@ -785,7 +785,7 @@ def run_numerics(
         output_placements = [_default_placements(ndim)] * len(reference.outputs)
     for what, given in (("input_placements", input_placements), ("output_placements", output_placements)):
         for p in given:
-            if len(p) != ndim:
+            if p is not None and len(p) != ndim:  # None: leave that input/output to the solver
                 raise InvalidOptionError(
                     f"{what} entry {p} has {len(p)} placements; the mesh {mesh_shape} has {ndim} dims"
                 )
