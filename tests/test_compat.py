@@ -67,3 +67,16 @@ def test_real_autoparallel_imports():
     result = _import_in_subprocess("")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "imported" in result.stdout
+
+
+def test_autoparallel_without_needed_internals_names_them_and_the_commit():
+    """The real autoparallel, but one internal the plugin hooks is gone (as at another commit):
+    the error names the missing internal and the commit the plugin is tested with."""
+    prelude = """
+        import autoparallel.optimize_sharding as o
+        del o.ShardingOptimizer._set_objective
+    """
+    result = _import_in_subprocess(prelude)
+    assert result.returncode == 3, result.stderr
+    assert "ShardingOptimizer._set_objective" in result.stdout
+    assert PIN[:7] in result.stdout
