@@ -23,7 +23,11 @@ require_autoparallel()
 from ._apply import PlannedRedistribute, apc_redistribute  # noqa: E402
 from ._apply import install as _install_apply  # noqa: E402
 from ._audit import ArgAudit, AuditReport, Violation, audit  # noqa: E402
+from ._cache_guard import install as _install_cache_guard  # noqa: E402
 from ._plugin import AddedConstraints, NoMatchingNodesWarning, add_op_constraints  # noqa: E402
+from ._plugin import install as _install_plugin  # noqa: E402
+from ._report import ConstraintReport, constraint_report  # noqa: E402
+from ._solvers import SolverTimeLimitWarning, use_solver  # noqa: E402
 from .errors import (  # noqa: E402
     AuditError,
     AutoParallelMissingError,
@@ -32,6 +36,9 @@ from .errors import (  # noqa: E402
     InvalidOptionError,
     InvalidRowError,
     PluginStateError,
+    SolverTimeLimitError,
+    SolverUnavailableError,
+    StaleStrategiesError,
     StrictConflictError,
     UnknownOpError,
 )
@@ -47,6 +54,7 @@ __all__ = [
     "AuditError",
     "AuditReport",
     "AutoParallelMissingError",
+    "ConstraintReport",
     "ConstraintsError",
     "Flag",
     "InfeasibleConstraintsError",
@@ -57,6 +65,10 @@ __all__ = [
     "OpRule",
     "PlannedRedistribute",
     "PluginStateError",
+    "SolverTimeLimitError",
+    "SolverTimeLimitWarning",
+    "SolverUnavailableError",
+    "StaleStrategiesError",
     "Role",
     "StrictConflictError",
     "Table",
@@ -65,8 +77,10 @@ __all__ = [
     "add_op_constraints",
     "apc_redistribute",
     "audit",
+    "constraint_report",
     "default_table",
     "register_rule",
+    "use_solver",
 ]
 
 __version__ = "0.1.0"
@@ -83,6 +97,8 @@ def _install() -> None:
     if getattr(AutoParallel, "add_op_constraints", None) is not add_op_constraints:
         AutoParallel.add_op_constraints = add_op_constraints  # type: ignore[attr-defined]
     _install_apply()
+    _install_cache_guard()
+    _install_plugin()
 
 
 _install()

@@ -3,6 +3,8 @@
 demo   the seed block of upstream issue #348 (batch 16, seq 128, 73 heads x 64, bf16 params,
        fp32 reduce, input (Shard(0), Replicate())) on a 2x4 CPU mesh: autoparallel alone and with
        each formulation, side by side in one process.
+compare  the formulation lab: formulations x solvers on seed, falcon or llama3, one table, JSON
+       and a PNG bar chart (``compare --help``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ import logging
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
+
+from ._coverage import add_subcommands as add_coverage_subcommands
+from ._lab import add_compare_subcommand
 
 logger = logging.getLogger("autoparallel_constraints.cli")
 
@@ -78,6 +83,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json", default=None, help="also write the rows as JSON to this file")
     p.add_argument("-v", "--verbose", action="store_true", help="print each audit report")
     p.set_defaults(func=demo)
+    add_compare_subcommand(sub)
+    add_coverage_subcommands(sub)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     return int(args.func(args))

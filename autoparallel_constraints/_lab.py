@@ -1,28 +1,67 @@
-"""Run one model through autoparallel with and without the plugin and summarize what happened.
+"""Run one model through autoparallel with and without the plugin and summarize what happened;
+the formulation lab (``python -m autoparallel_constraints compare``).
 
-Used by the demo (``python -m autoparallel_constraints demo``), the tests and the benchmarks, so
-the figures they print are measured the same way.
+Used by the demo (``python -m autoparallel_constraints demo``), the lab, the tests and the
+benchmarks, so the figures they print are measured the same way: wall seconds and CPU seconds
+(this process plus waited-for children, i.e. the CBC subprocess) per phase, so a busy machine
+shows up as wall > CPU instead of silently skewing a ratio.
+
+The lab::
+
+    python -m autoparallel_constraints compare --model seed --mesh 2x4 \
+        --formulations none,strict,explicit,soft,lazy --solvers cbc,highs --json lab.json --png lab.png
+
+runs every formulation × solver (``none`` = autoparallel alone, with that solver) round-robin in
+one process, prints one table (variables, constraints, build s, solve s, objective, comm cost,
+redistributes inserted, audit verdict), writes the rows as JSON and draws a bar chart of time and
+cost per run (matplotlib, the ``lab`` extra).
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import logging
+import os
+import platform
+import resource
+import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import Any, TextIO
 
 import torch
 from torch.distributed.tensor.placement_types import Placement, Replicate, Shard
 
 from ._audit import AuditReport, audit
+from .errors import InvalidOptionError
 from .models import SEED_CONFIG, SeedBlock, SeedConfig
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RunSummary", "render_table", "run_model", "run_seed"]
+__all__ = [
+    "LAB_MODELS",
+    "LabModel",
+    "RunSummary",
+    "add_compare_subcommand",
+    "compare",
+    "draw_png",
+    "lab_model",
+    "render_compare",
+    "render_table",
+    "run_model",
+    "run_seed",
+    "write_json",
+]
 
 BASELINE = "none"
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds of this process (all threads) plus its waited-for children (the CBC binary)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -44,10 +83,27 @@ class RunSummary:
     redistributes: int
     audit: str
     audit_ok: bool
+    solver: str = "cbc"
+    build_cpu_s: float = 0.0  # CPU seconds of build_s (process + children)
+    solve_cpu_s: float = 0.0
+    enter_s: float = 0.0  # autoparallel's own build: AutoParallel.__enter__
+    plugin_hook_s: float = 0.0  # the plugin's Python work around the solves (objective, pins, checks)
+    comm_cost: float = 0.0  # the plan's communication cost (autoparallel's model) + plugin redistributions
+    rounds: int = 1  # solves of the plan (lazy: cutting-plane rounds)
+    gave_way: int = 0  # table sites whose rule gave way (soft)
+    solver_status: str = ""  # last plan solve, e.g. "Optimal", "time limit hit: feasible plan ..."
 
     @property
     def build_solve_s(self) -> float:
         return self.build_s + self.solve_s
+
+    @property
+    def build_solve_cpu_s(self) -> float:
+        return self.build_cpu_s + self.solve_cpu_s
+
+    @property
+    def label(self) -> str:
+        return f"{self.formulation}/{self.solver}"
 
 
 COLUMNS: tuple[tuple[str, str, Callable[[RunSummary], str]], ...] = (
@@ -65,13 +121,32 @@ COLUMNS: tuple[tuple[str, str, Callable[[RunSummary], str]], ...] = (
 )
 
 
-def render_table(rows: Sequence[RunSummary]) -> str:
+COMPARE_COLUMNS: tuple[tuple[str, str, Callable[[RunSummary], str]], ...] = (
+    ("formulation", "<", lambda r: r.formulation),
+    ("solver", "<", lambda r: r.solver),
+    ("variables", ">", lambda r: f"{r.variables:,}"),
+    ("constraints", ">", lambda r: f"{r.constraints:,}"),
+    ("build s", ">", lambda r: f"{r.build_s:.2f}"),
+    ("plugin s", ">", lambda r: f"{r.plugin_s + r.plugin_hook_s:.3f}"),
+    ("solve s", ">", lambda r: f"{r.solve_s:.2f}"),
+    ("rounds", ">", lambda r: str(r.rounds)),
+    ("objective", ">", lambda r: f"{r.objective:.3f}"),
+    ("comm cost", ">", lambda r: f"{r.comm_cost:.3f}"),
+    ("redistributes", ">", lambda r: str(r.redistributes)),
+    ("gave way", ">", lambda r: str(r.gave_way)),
+    ("audit", "<", lambda r: r.audit),
+)
+
+
+def render_table(
+    rows: Sequence[RunSummary], columns: Sequence[tuple[str, str, Callable[[RunSummary], str]]] = COLUMNS
+) -> str:
     """A plain-text table, one row per run."""
-    cells = [[fmt(r) for _, _, fmt in COLUMNS] for r in rows]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, (h, _, _) in enumerate(COLUMNS)]
+    cells = [[fmt(r) for _, _, fmt in columns] for r in rows]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, (h, _, _) in enumerate(columns)]
     def line(values: Sequence[str]) -> str:
-        return "  ".join(f"{v:{a}{w}}" for v, (_, a, _), w in zip(values, COLUMNS, widths))
-    out = [line([h for h, _, _ in COLUMNS]), line(["-" * w for w in widths])]
+        return "  ".join(f"{v:{a}{w}}" for v, (_, a, _), w in zip(values, columns, widths))
+    out = [line([h for h, _, _ in columns]), line(["-" * w for w in widths])]
     out += [line(c) for c in cells]
     return "\n".join(out)
 
@@ -92,18 +167,27 @@ def run_model(
     plugin_options: dict[str, Any] | None = None,
     apply: bool = True,
     after_apply: Callable[[Any], None] | None = None,
+    solver: str = "cbc",
+    time_limit: float | None = None,
 ) -> tuple[RunSummary, AuditReport | None]:
     """Trace, optionally add the plugin, solve, apply and audit ``model`` on ``mesh``.
 
     ``configure(autop)`` runs after the input/output constraints and before the plugin, for pins.
     ``after_apply(autop)`` runs inside the ``with`` block after the audit (e.g. Inductor lowering).
+    ``solver``/``time_limit`` go to ``add_op_constraints``; without a formulation, a solver other
+    than CBC (or a time limit) is installed with ``use_solver`` and plain CBC is autoparallel's own.
     The caller provides the CPU harness (device name, fresh caches) when needed.
     """
     from autoparallel.api import AutoParallel
 
+    from ._report import constraint_report
+    from ._solvers import use_solver
+
     t0 = time.perf_counter()
+    c0 = _cpu_seconds()
     with AutoParallel(model, input_fn, mesh, mp_policy) as autop:
         t_enter = time.perf_counter() - t0
+        c_enter = _cpu_seconds() - c0
         if input_placements is not None:
             autop.add_input_constraints(list(input_placements))
         if output_placements is not None:
@@ -112,18 +196,32 @@ def run_model(
             autop.add_parameter_memory_constraint()
         if configure is not None:
             configure(autop)
-        plugin_s = 0.0
+        plugin_s = plugin_cpu = 0.0
         table_nodes = constrained = 0
+        hook = None
         if formulation is not None and formulation != BASELINE:
             t1 = time.perf_counter()
-            added = autop.add_op_constraints(ops, formulation=formulation, **(plugin_options or {}))
+            c1 = _cpu_seconds()
+            options = {"solver": solver, "time_limit": time_limit, **(plugin_options or {})}
+            added = autop.add_op_constraints(ops, formulation=formulation, **options)
             plugin_s = time.perf_counter() - t1
+            plugin_cpu = _cpu_seconds() - c1
             table_nodes, constrained = len(added.nodes), len(added.constrained_nodes)
+        elif solver != "cbc" or time_limit is not None:
+            hook = use_solver(autop, solver, time_limit=time_limit)
         opt = autop.sharding_optimizer
         t2 = time.perf_counter()
+        c2 = _cpu_seconds()
         placement = autop.optimize_placement()
         solve_s = time.perf_counter() - t2
+        solve_cpu = _cpu_seconds() - c2
         objective = float(opt.prob.objective.value())
+        creport = constraint_report(autop)
+        comm_cost = _comm_cost(opt, placement) + sum(
+            site.cost for site in (creport.sites if creport else ()) if site.outcome == "repaired"
+        )
+        outcomes = creport.solves if creport else (hook.outcomes if hook else ())
+        plans = [o for o in outcomes if o.purpose == "plan"]
         n_vars = len(opt.prob.variables())
         n_cons = len(opt.prob.constraints)
         report: AuditReport | None = None
@@ -153,9 +251,27 @@ def run_model(
         redistributes=len(report.redistributes) if report else 0,
         audit=report.verdict if report else "not applied",
         audit_ok=report.ok if report else False,
+        solver=solver,
+        build_cpu_s=c_enter + plugin_cpu,
+        solve_cpu_s=solve_cpu,
+        enter_s=t_enter,
+        plugin_hook_s=creport.hook_seconds if creport else 0.0,
+        comm_cost=comm_cost,
+        rounds=max(len(plans), 1),
+        gave_way=len(creport.gave_way) if creport else 0,
+        solver_status=plans[-1].describe() if plans else "autoparallel's CBC",
     )
     logger.info("%s", summary)
     return summary, report
+
+
+def _comm_cost(opt: Any, placement: dict[torch.fx.Node, Any]) -> float:
+    """The plan's communication cost by autoparallel's own accounting (``_compute_solution_cost``)."""
+    try:
+        return float(opt._compute_solution_cost(opt._to_concrete_solution(placement))["comm"])
+    except Exception as exc:  # noqa: BLE001 - a figure for the lab, never a reason to fail a run
+        logger.warning("comm cost unavailable: %s", exc)
+        return float("nan")
 
 
 def seed_mp_policy() -> Any:
@@ -187,3 +303,411 @@ def run_seed(
         mp_policy=seed_mp_policy() if mixed_precision else None,
         **kwargs,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# The formulation lab: models, the compare runner, JSON, PNG, command line
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LabModel:
+    """One model as the lab runs it: the module (on meta), its input, and the user constraints."""
+
+    name: str
+    description: str
+    model: torch.nn.Module
+    input_fn: Callable[[], Any]
+    input_placements: tuple[tuple[Placement, ...], ...]
+    output_placements: tuple[tuple[Placement, ...], ...] | None = None
+    mp_policy: Any = None
+    parameter_memory_constraint: bool = False
+    mesh_dim_names: tuple[str, ...] | None = None
+
+
+def _seed_model(mesh_shape: tuple[int, ...], *, size: str, layers: int | None, dim: int | None) -> LabModel:
+    config = SEED_CONFIG if size == "full" else SeedConfig(num_heads=10, head_dim=16, batch=8, seq=16)
+    with torch.device("meta"):
+        model = SeedBlock(config)
+    first = (Shard(0),) + (Replicate(),) * (len(mesh_shape) - 1)
+    return LabModel(
+        name="seed",
+        description=(
+            f"seed block of upstream #348 ({config.num_heads} heads x {config.head_dim}, batch "
+            f"{config.batch}, seq {config.seq}, bf16 params / fp32 reduce)"
+        ),
+        model=model,
+        input_fn=lambda: model.make_input(),
+        input_placements=(first,),
+        mp_policy=seed_mp_policy(),
+    )
+
+
+def _llama3_model(mesh_shape: tuple[int, ...], *, size: str, layers: int | None, dim: int | None) -> LabModel:
+    """autoparallel's own llama3 test model, configured as upstream's example_llama3.py (8B shape).
+
+    Full size: ``dim`` 4096, 32 heads / 8 kv heads, vocab 128256, seq 8192, batch 2 x mesh[0],
+    param-memory constraint, input ``(S(0), R)``, output ``(S(0), S(2))`` (vocab parallel) on a
+    2-D mesh. ``tiny``: dim 256, 4 heads / 2 kv heads, vocab 512, seq 64 (for tests).
+    """
+    from autoparallel._testing.models.llama3 import Transformer, TransformerModelArgs
+
+    n_layers = layers if layers is not None else 2
+    if size == "full":
+        vocab, seqlen = 128256, 2048 * 4
+        args = TransformerModelArgs(
+            dim=dim or 4096, n_layers=n_layers, n_heads=32, n_kv_heads=8, ffn_dim_multiplier=1.3,
+            multiple_of=1024, rope_theta=500000, vocab_size=vocab, max_seq_len=seqlen,
+        )
+    else:
+        vocab, seqlen = 512, 64
+        args = TransformerModelArgs(
+            dim=dim or 256, n_layers=n_layers, n_heads=4, n_kv_heads=2, multiple_of=64,
+            vocab_size=vocab, max_seq_len=seqlen,
+        )
+    batch = 2 * mesh_shape[0]
+    with torch.device("meta"):
+        model = Transformer(args)
+    first = (Shard(0),) + (Replicate(),) * (len(mesh_shape) - 1)
+    output = (Shard(0), Shard(2)) if len(mesh_shape) == 2 else first
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    return LabModel(
+        name="llama3",
+        description=(
+            f"autoparallel's llama3, {n_layers} layers, dim {args.dim}, {args.n_heads} heads / "
+            f"{args.n_kv_heads} kv, vocab {vocab}, batch {batch}, seq {seqlen}, bf16/fp32"
+        ),
+        model=model,
+        input_fn=lambda: torch.randint(0, vocab, (batch, seqlen)),
+        input_placements=(first,),
+        output_placements=(output,),
+        mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32),
+        parameter_memory_constraint=True,
+        mesh_dim_names=("dp", "tp") if len(mesh_shape) == 2 else None,
+    )
+
+
+class _CausalLMLogits(torch.nn.Module):
+    """Return only the logits of a HF causal LM (autoparallel traces tensors, not ModelOutput)."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.inner(input_ids=input_ids, use_cache=False).logits
+
+
+def _falcon_model(mesh_shape: tuple[int, ...], *, size: str, layers: int | None, dim: int | None) -> LabModel:
+    """HF transformers' FalconForCausalLM from a local FalconConfig (nothing is downloaded).
+
+    Full size: 1 layer, hidden 4544 (71 heads x 64, multi-query), vocab 65024, batch 2 x mesh[0],
+    seq 2048 — the model of upstream #348. ``tiny``: hidden 128 (8 heads x 16), vocab 256, seq 32.
+    Needs ``transformers``.
+    """
+    try:
+        from transformers import FalconConfig, FalconForCausalLM
+    except ImportError as exc:
+        raise InvalidOptionError(
+            f"--model falcon needs HF transformers ({exc}); pip install transformers"
+        ) from None
+    n_layers = layers if layers is not None else 1
+    if size == "full":
+        hidden, heads, vocab, seqlen = dim or 4544, 71, 65024, 2048
+    else:
+        hidden, heads, vocab, seqlen = dim or 128, 8, 256, 32
+    config = FalconConfig(
+        hidden_size=hidden, num_attention_heads=heads, num_hidden_layers=n_layers, vocab_size=vocab,
+        multi_query=True, parallel_attn=True, new_decoder_architecture=False, bias=False, alibi=False,
+        use_cache=False,
+    )
+    batch = 2 * mesh_shape[0]
+    with torch.device("meta"):
+        model = _CausalLMLogits(FalconForCausalLM(config))
+    first = (Shard(0),) + (Replicate(),) * (len(mesh_shape) - 1)
+    return LabModel(
+        name="falcon",
+        description=f"HF FalconForCausalLM, {n_layers} layer(s), hidden {hidden} ({heads} heads, multi-query), vocab {vocab}, batch {batch}, seq {seqlen}",
+        model=model,
+        input_fn=lambda: torch.randint(0, vocab, (batch, seqlen)),
+        input_placements=(first,),
+        mp_policy=seed_mp_policy(),
+    )
+
+
+LAB_MODELS: dict[str, Callable[..., LabModel]] = {
+    "seed": _seed_model,
+    "llama3": _llama3_model,
+    "falcon": _falcon_model,
+}
+SIZES = ("full", "tiny")
+
+
+def lab_model(
+    name: str, mesh_shape: Sequence[int], *, size: str = "full", layers: int | None = None, dim: int | None = None
+) -> LabModel:
+    """Build the lab model ``name`` (``seed``, ``llama3``, ``falcon``) for ``mesh_shape``."""
+    if name not in LAB_MODELS:
+        raise InvalidOptionError(f"unknown model {name!r}; available: {', '.join(LAB_MODELS)}")
+    if size not in SIZES:
+        raise InvalidOptionError(f"size must be one of {SIZES}, got {size!r}")
+    return LAB_MODELS[name](tuple(int(s) for s in mesh_shape), size=size, layers=layers, dim=dim)
+
+
+@dataclass(kw_only=True)
+class CompareResult:
+    """The rows of one lab run and what they were run on."""
+
+    model: str
+    description: str
+    mesh: tuple[int, ...]
+    repeat: int
+    rows: list[RunSummary]
+    machine: dict[str, Any] = field(default_factory=dict)
+
+    def row(self, formulation: str, solver: str = "cbc") -> RunSummary | None:
+        return next((r for r in self.rows if r.formulation == formulation and r.solver == solver), None)
+
+    def ratios(self) -> dict[str, float]:
+        """(build + solve) of each run over autoparallel alone with CBC, wall and CPU."""
+        base = self.row(BASELINE, "cbc")
+        if base is None:
+            return {}
+        out: dict[str, float] = {}
+        for r in self.rows:
+            if r is base:
+                continue
+            out[f"{r.label} / none/cbc build+solve"] = r.build_solve_s / base.build_solve_s
+            if base.build_solve_cpu_s > 0:
+                out[f"{r.label} / none/cbc build+solve cpu"] = r.build_solve_cpu_s / base.build_solve_cpu_s
+        return out
+
+
+def _machine() -> dict[str, Any]:
+    import pulp
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "pulp": pulp.__version__,
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+    }
+
+
+def compare(
+    model: str,
+    mesh_shape: Sequence[int],
+    formulations: Sequence[str],
+    solvers: Sequence[str],
+    *,
+    size: str = "full",
+    layers: int | None = None,
+    dim: int | None = None,
+    repeat: int = 1,
+    time_limit: float | None = None,
+    device: str = "H100",
+    progress: TextIO | None = None,
+    apply: bool = True,
+) -> CompareResult:
+    """Run every formulation × solver on ``model`` round-robin in this process; keep each one's
+    fastest build+solve of ``repeat`` runs. ``none`` is autoparallel alone (with that solver).
+
+    Each run gets fresh mesh-blind caches, so every run pays the same build. ``progress`` (the CLI
+    passes stderr) gets a line when each run starts and ends.
+    """
+    from .formulations import FORMULATIONS
+    from ._solvers import solver_config
+    from .testing import cpu_mesh, device_name, fresh_strategy_cache
+
+    known = (BASELINE, *FORMULATIONS)
+    for form in formulations:
+        if form not in known:
+            raise InvalidOptionError(f"unknown formulation {form!r}; available: {', '.join(known)}")
+    for solver in solvers:
+        solver_config(solver)  # validates, and says how to install HiGHS
+    if repeat < 1:
+        raise InvalidOptionError(f"repeat must be >= 1, got {repeat}")
+    shape = tuple(int(s) for s in mesh_shape)
+    spec = lab_model(model, shape, size=size, layers=layers, dim=dim)
+    mesh = cpu_mesh(shape, spec.mesh_dim_names)
+    combos = [(f, s) for f in formulations for s in solvers]
+    best: dict[tuple[str, str], RunSummary] = {}
+    total = repeat * len(combos)
+    step = 0
+    with device_name(device):
+        for _ in range(repeat):
+            for form, solver in combos:
+                step += 1
+                if progress is not None:
+                    print(f"[{step}/{total}] {model} {form}/{solver} ...", file=progress, flush=True)
+                with fresh_strategy_cache():
+                    summary, _ = run_model(
+                        spec.model,
+                        spec.input_fn,
+                        mesh,
+                        name=spec.name,
+                        formulation=form,
+                        input_placements=list(spec.input_placements),
+                        output_placements=list(spec.output_placements) if spec.output_placements else None,
+                        mp_policy=spec.mp_policy,
+                        parameter_memory_constraint=spec.parameter_memory_constraint,
+                        solver=solver,
+                        time_limit=time_limit,
+                        apply=apply,
+                    )
+                if progress is not None:
+                    print(
+                        f"[{step}/{total}] {model} {form}/{solver}: build {summary.build_s:.2f}s, solve "
+                        f"{summary.solve_s:.2f}s, objective {summary.objective:.3f}, audit {summary.audit}",
+                        file=progress,
+                        flush=True,
+                    )
+                key = (form, solver)
+                if key not in best or summary.build_solve_s < best[key].build_solve_s:
+                    best[key] = summary
+    return CompareResult(
+        model=model,
+        description=spec.description,
+        mesh=shape,
+        repeat=repeat,
+        rows=[best[k] for k in combos],
+        machine=_machine(),
+    )
+
+
+def render_compare(result: CompareResult) -> str:
+    """The lab's table, with the ratios against autoparallel alone with CBC."""
+    lines = [
+        f"{result.description} on a {'x'.join(map(str, result.mesh))} CPU mesh "
+        f"(fastest of {result.repeat} per row)",
+        render_table(result.rows, COMPARE_COLUMNS),
+    ]
+    base = result.row(BASELINE, "cbc")
+    if base is not None:
+        for r in result.rows:
+            if r is base:
+                continue
+            same = abs(r.objective - base.objective) <= 1e-6 * max(1.0, abs(base.objective))
+            lines.append(
+                f"{r.label}: build+solve {r.build_solve_s / base.build_solve_s:.3f}x none/cbc "
+                f"(cpu {r.build_solve_cpu_s / max(base.build_solve_cpu_s, 1e-9):.3f}x), objective "
+                f"{'=' if same else '!='} none/cbc"
+            )
+    return "\n".join(lines)
+
+
+def write_json(result: CompareResult, path: str) -> None:
+    """The lab's rows and ratios as JSON."""
+    payload = {
+        "model": result.model,
+        "description": result.description,
+        "mesh": list(result.mesh),
+        "repeat": result.repeat,
+        "machine": result.machine,
+        "rows": [{**asdict(r), "label": r.label, "build_solve_s": r.build_solve_s} for r in result.rows],
+        "ratios": result.ratios(),
+    }
+    with open(path, "w") as f:
+        json.dump(payload, f, indent=2)
+
+
+def draw_png(result: CompareResult, path: str) -> None:
+    """Bar chart: build and solve seconds (stacked) and objective / comm cost, per run."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise InvalidOptionError(
+            f"the PNG needs matplotlib ({exc}): pip install \"autoparallel-constraints[lab]\""
+        ) from None
+    labels = [r.label for r in result.rows]
+    xs = list(range(len(labels)))
+    fig, (ax_t, ax_c) = plt.subplots(1, 2, figsize=(min(18.0, max(10.0, 1.6 * len(labels))), 5.0))
+    build = [r.build_s for r in result.rows]
+    solve = [r.solve_s for r in result.rows]
+    ax_t.bar(xs, build, label="build s", color="#4c72b0")
+    ax_t.bar(xs, solve, bottom=build, label="solve s", color="#dd8452")
+    ax_t.set_title("time per formulation (s)")
+    ax_t.set_xticks(xs, labels, rotation=30, ha="right")
+    ax_t.set_ylim(0, 1.2 * max(b + s for b, s in zip(build, solve)))  # room for the legend
+    ax_t.legend(loc="upper right", ncols=2)
+    width = 0.4
+    ax_c.bar([x - width / 2 for x in xs], [r.objective for r in result.rows], width, label="objective", color="#55a868")
+    ax_c.bar([x + width / 2 for x in xs], [r.comm_cost for r in result.rows], width, label="comm cost", color="#c44e52")
+    ax_c.set_title("cost per formulation (autoparallel's units)")
+    ax_c.set_xticks(xs, labels, rotation=30, ha="right")
+    if any(r.gave_way for r in result.rows) and max(r.objective for r in result.rows) > 1e4 * max(
+        min(r.objective for r in result.rows), 1.0
+    ):
+        ax_c.set_yscale("log")  # soft's penalties would flatten everything else
+    else:
+        ax_c.set_ylim(0, 1.2 * max(max(r.objective, r.comm_cost) for r in result.rows))
+    ax_c.legend(loc="upper right", ncols=2)
+    fig.suptitle(f"{result.description} on a {'x'.join(map(str, result.mesh))} mesh", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _parse_mesh(text: str) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"mesh must look like 2x4, got {text!r}") from None
+    if not shape or any(s < 1 for s in shape):
+        raise argparse.ArgumentTypeError(f"mesh must look like 2x4, got {text!r}")
+    return shape
+
+
+def _compare_command(args: argparse.Namespace) -> int:
+    result = compare(
+        args.model,
+        args.mesh,
+        [f for f in args.formulations.split(",") if f],
+        [s for s in args.solvers.split(",") if s],
+        size=args.size,
+        layers=args.layers,
+        dim=args.dim,
+        repeat=args.repeat,
+        time_limit=args.time_limit,
+        device=args.device_name,
+        progress=sys.stderr,
+    )
+    print(render_compare(result))
+    if args.json:
+        write_json(result, args.json)
+        print(f"wrote {args.json}")
+    if args.png:
+        draw_png(result, args.png)
+        print(f"wrote {args.png}")
+    return 0
+
+
+def add_compare_subcommand(subparsers: Any) -> argparse.ArgumentParser:
+    """``compare``: every formulation × solver on one model, one table, JSON and a PNG."""
+    p = subparsers.add_parser(
+        "compare",
+        help="formulation lab: formulations x solvers on one model (table, JSON, PNG)",
+        description=(
+            "Run autoparallel alone ('none') and each formulation with each solver on one model, "
+            "round-robin in one process, and print one table: ILP size, build and solve seconds, "
+            "objective, comm cost, redistributes inserted, audit verdict."
+        ),
+    )
+    p.add_argument("--model", choices=sorted(LAB_MODELS), default="seed")
+    p.add_argument("--mesh", type=_parse_mesh, default=(2, 4), help="mesh shape, e.g. 2x4 (default) or 8x8")
+    p.add_argument("--formulations", default="none,strict,explicit,soft,lazy", help="comma list; 'none' = autoparallel alone")
+    p.add_argument("--solvers", default="cbc,highs", help="comma list of cbc, highs")
+    p.add_argument("--size", choices=SIZES, default="full", help="model size: full (default) or tiny (seconds, for tests)")
+    p.add_argument("--layers", type=int, default=None, help="layers (llama3: 2, falcon: 1 by default)")
+    p.add_argument("--dim", type=int, default=None, help="hidden size (llama3: 4096, falcon: 4544 at full size)")
+    p.add_argument("--repeat", type=int, default=1, help="runs per row; the fastest build+solve is shown")
+    p.add_argument("--time-limit", type=float, default=None, help="solver time limit per optimize_placement (s)")
+    p.add_argument("--device-name", default="H100", help="GPU whose limits the cost model uses (CPU run)")
+    p.add_argument("--json", default=None, help="write the rows and ratios as JSON to this file")
+    p.add_argument("--png", default=None, help="draw the time/cost bar chart to this PNG (needs matplotlib)")
+    p.set_defaults(func=_compare_command)
+    return p

@@ -18,9 +18,12 @@ from typing import TYPE_CHECKING, Any
 import pulp
 import torch
 
+from . import _solvers
 from ._apply import PlannedRedistribute
+from ._cache_guard import check_strategies
 from ._problem import Site, find_sites, strategy_index
-from .errors import InfeasibleConstraintsError, InvalidOptionError, PluginStateError
+from ._report import ConstraintReport, LazyRound, build_report, emit
+from .errors import ConstraintsError, InvalidOptionError, PluginStateError
 from .formulations import Additions, Formulation, Namer, make_formulation
 from .table import OpRule, Table, default_table
 
@@ -81,7 +84,11 @@ class PluginState:
     sites: list[Site]
     additions: Additions
     added: AddedConstraints
+    solver: _solvers.SolverHook
+    namer: Namer
     objective_terms: list[tuple[pulp.LpVariable, float]] = field(default_factory=list)
+    report: ConstraintReport | None = None  # of the last solve
+    hook_seconds: float = 0.0  # the plugin's Python work in the optimizer hooks, last solve
 
     @property
     def optimizer(self) -> ShardingOptimizer:
@@ -174,6 +181,8 @@ def add_op_constraints(
     formulation: str = "explicit",
     materialize: str = "table",
     table: Table | None = None,
+    solver: str = "cbc",
+    time_limit: float | None = None,
     **options: Any,
 ) -> AddedConstraints:
     """Add the compatibility table's rules for ``ops`` to this AutoParallel's ILP.
@@ -183,22 +192,30 @@ def add_op_constraints(
             such as ``"pointwise"``), op packets or overloads. Unknown names raise
             :class:`~autoparallel_constraints.UnknownOpError` listing close names.
         formulation: ``"explicit"`` (default: a non-co-sharded strategy only with a priced,
-            materialized redistribution) or ``"strict"`` (forbid it).
+            materialized redistribution), ``"strict"`` (forbid it), ``"soft"`` (allow it at a
+            penalty, option ``penalty``, and report it) or ``"lazy"`` (strict's rows added only
+            where a plan breaks them, re-solving until clean; option ``max_rounds``).
         materialize: ``"table"`` — planned redistributions into table ops become real nodes;
             ``"all"`` — every planned redistribution of the graph does, computing exactly the
             planned transition with DTensor's redistribute (a planned Partial stays Partial).
         table: a :class:`Table` to use instead of the process-wide default.
+        solver: ``"cbc"`` (default, ships with PuLP) or ``"highs"`` (the ``highs`` extra).
+        time_limit: seconds for all solves of one ``optimize_placement`` (lazy rounds share it);
+            stopped with a feasible plan: kept, with a ``SolverTimeLimitWarning``; without one:
+            :class:`~autoparallel_constraints.SolverTimeLimitError`.
         **options: options of the formulation.
 
     Returns:
         :class:`AddedConstraints`: matched nodes, and the variables and constraints added by family.
     """
     opt = _check_autop(self)
+    check_strategies(opt, self.mesh)
     if materialize not in MATERIALIZE_MODES:
         raise InvalidOptionError(f"materialize must be one of {MATERIALIZE_MODES}, got {materialize!r}")
     if table is not None and not isinstance(table, Table):
         raise InvalidOptionError(f"table must be an autoparallel_constraints.Table, got {type(table).__name__}")
     t0 = time.perf_counter()
+    solver_choice = _solvers.solver_config(solver, time_limit)
     selectors = _normalize_ops(ops)
     table = table if table is not None else default_table()
     rules = table.select(selectors)
@@ -233,10 +250,17 @@ def add_op_constraints(
         sites=sites,
         additions=additions,
         added=added,
+        solver=_solvers.install(opt, solver_choice),
+        namer=namer,
         objective_terms=list(additions.objective),
     )
     _install_optimizer_hooks(opt, state)
     self._apc_state = state
+    # autoparallel's save() keeps this log and load() replays it by method name: the entry makes
+    # load refuse clearly instead of silently dropping the plugin's constraints.
+    opt._constraint_log.append(
+        ("apc_add_op_constraints", {"formulation": form.name, "rows": list(added.rows), "materialize": materialize})
+    )
     logger.info("apc: %s (sites %.3fs)", added, t_sites)
     return added
 
@@ -277,10 +301,13 @@ def _add_atomically(prob: pulp.LpProblem, additions: Additions) -> None:
 
 
 def _install_optimizer_hooks(opt: ShardingOptimizer, state: PluginState) -> None:
-    """Make the plugin's costs part of every objective and check pins before every solve.
+    """Make the plugin's costs part of every objective; check pins, iterate and report around every solve.
 
     autoparallel (re)sets the objective in ``get_solution`` (``_set_objective``), replacing any
     term added to ``prob`` beforehand, so the terms are appended right after it sets its own.
+    ``_solve`` (used by ``get_solution`` and ``resolve``) becomes: check pins; solve with the
+    chosen solver (``_solvers``); let the formulation add rows and re-solve while it asks to
+    (``lazy``); explain an infeasible problem (``_explain``); build and emit the report.
     """
     set_objective = opt._set_objective
     solve = opt._solve
@@ -288,21 +315,74 @@ def _install_optimizer_hooks(opt: ShardingOptimizer, state: PluginState) -> None
     def _set_objective(self: Any) -> None:
         set_objective()
         if state.objective_terms:
+            t0 = time.perf_counter()
             self.prob.objective += pulp.lpSum(cost * var for var, cost in state.objective_terms)
+            state.hook_seconds += time.perf_counter() - t0
 
     def _solve(self: Any, verbose: bool = False) -> None:
+        hook_seconds = 0.0
+        t0 = time.perf_counter()
         state.formulation.check_pins(self, state.sites, state.additions)
-        try:
-            solve(verbose)
-        except RuntimeError as exc:
-            if self.prob.status != -1:
-                raise
-            raise InfeasibleConstraintsError(
-                f"no plan satisfies the compatibility table ({state.formulation.name}: "
-                f"{', '.join(f'{k}={v}' for k, v in state.added.constraints.items())}) together with "
-                f"the other constraints. Table nodes involved: {', '.join(state.added.constrained_nodes)}. "
-                "Try formulation='explicit', or relax input/output/node constraints."
-            ) from exc
+        first = len(state.solver.outcomes)
+        rounds: list[LazyRound] = []
+        hook_seconds += time.perf_counter() - t0
+        with state.solver.budget():
+            for round_index in range(len(state.sites) + 2):  # lazy cuts >= 1 new site per round
+                try:
+                    solve(verbose)
+                except ConstraintsError:
+                    raise
+                except RuntimeError as exc:
+                    if self.prob.status != pulp.LpStatusInfeasible:
+                        raise
+                    from ._explain import explain_infeasible
+
+                    raise explain_infeasible(self, state) from exc
+                t1 = time.perf_counter()
+                more = state.formulation.after_solve(self, state.sites, state.additions, state.namer, round_index)
+                if more is not None:
+                    _add_atomically(self.prob, more)
+                    state.additions.merge(more)
+                last = state.solver.outcomes[-1]
+                roots = set((more.owners if more is not None else {}).values())
+                rounds.append(
+                    LazyRound(
+                        round=round_index,
+                        seconds=last.seconds,
+                        objective=last.objective,
+                        violated=tuple(s.orig.name for s in state.sites if s.root_idx in roots),
+                        cuts=tuple(more.constraints) if more is not None else (),
+                    )
+                )
+                hook_seconds += time.perf_counter() - t1
+                if more is None:
+                    break
+        t2 = time.perf_counter()
+        state.report = build_report(
+            self, state, state.solver.outcomes[first:], rounds, state.hook_seconds + hook_seconds
+        )
+        emit(state.report)
+        state.hook_seconds = 0.0
+        hook_seconds += time.perf_counter() - t2
+        logger.debug("apc: plugin hooks took %.3fs around the solve", hook_seconds)
 
     opt._set_objective = types.MethodType(_set_objective, opt)
     opt._solve = types.MethodType(_solve, opt)
+
+
+def _refuse_replay(self: Any, formulation: str, rows: list[str], materialize: str) -> None:
+    """Installed as ``ShardingOptimizer.apc_add_op_constraints``: what ``load()`` replays."""
+    raise PluginStateError(
+        f"this optimizer was saved with autoparallel_constraints ({formulation}, {len(rows)} rows, "
+        f"materialize={materialize!r}); autoparallel's load() replays only its own constraint log and "
+        "the plugin's constraints need the traced graph and a live mesh, so they cannot be restored. "
+        "Re-create the AutoParallel and call add_op_constraints again (or use save_placements / "
+        "load_placements for a solved plan)."
+    )
+
+
+def install() -> None:
+    """Give ShardingOptimizer the replay hook that makes load() refuse plugin-saved optimizers."""
+    from autoparallel.optimize_sharding import ShardingOptimizer
+
+    ShardingOptimizer.apc_add_op_constraints = _refuse_replay  # type: ignore[attr-defined]

@@ -15,6 +15,9 @@ __all__ = [
     "InvalidOptionError",
     "InvalidRowError",
     "PluginStateError",
+    "SolverTimeLimitError",
+    "StaleStrategiesError",
+    "SolverUnavailableError",
     "StrictConflictError",
     "UnknownOpError",
 ]
@@ -64,3 +67,15 @@ class InfeasibleConstraintsError(ConstraintsError, RuntimeError):
 
 class AuditError(ConstraintsError, RuntimeError):
     """The audit was asked for something it cannot check (e.g. before ``apply_placement``)."""
+
+
+class SolverUnavailableError(ConstraintsError, ImportError):
+    """The chosen solver is not installed (HiGHS needs the ``highs`` extra: ``highspy``)."""
+
+
+class SolverTimeLimitError(ConstraintsError, RuntimeError):
+    """The solver hit its time limit before it found any feasible plan."""
+
+
+class StaleStrategiesError(ConstraintsError, RuntimeError):
+    """The optimizer's strategies were computed for another mesh (autoparallel's mesh-blind cache)."""

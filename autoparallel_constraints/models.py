@@ -78,3 +78,68 @@ class SeedStack(nn.Module):
     def make_input(self, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> torch.Tensor:
         c = self.config
         return torch.randn(c.batch, c.seq, c.hidden, device=device, dtype=dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Larger test models, small sizes: each builder returns (model_fn, input_fn). Build the model
+# where you want it (e.g. ``with torch.device("meta"): model = model_fn()``) and pass both to
+# AutoParallel (``AutoParallel(model, input_fn, mesh)``); nothing is downloaded.
+
+from collections.abc import Callable  # noqa: E402  (the builders' return type)
+
+__all__ += ["falcon_tiny", "llama3_small"]
+
+ModelBuilder = tuple[Callable[[], nn.Module], Callable[[], torch.Tensor]]
+
+
+def llama3_small(
+    *, dim: int = 64, n_layers: int = 2, n_heads: int = 4, n_kv_heads: int = 2, vocab_size: int = 128,
+    seq: int = 16, batch: int = 4,
+) -> ModelBuilder:
+    """autoparallel's llama3 test model (``autoparallel._testing.models.llama3``) at small sizes.
+
+    Returns ``(model_fn, input_fn)``: ``model_fn()`` builds the ``Transformer`` (grouped-query
+    attention with ``n_kv_heads``, rotary embeddings, RMSNorm, SwiGLU), ``input_fn()`` a
+    ``[batch, seq]`` tensor of token ids.
+    """
+    from autoparallel._testing.models.llama3 import Transformer, TransformerModelArgs
+
+    args = TransformerModelArgs(
+        dim=dim, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads, vocab_size=vocab_size,
+        max_seq_len=seq, multiple_of=32,
+    )
+
+    def model_fn() -> nn.Module:
+        return Transformer(args)
+
+    def input_fn() -> torch.Tensor:
+        return torch.randint(0, vocab_size, (batch, seq))
+
+    return model_fn, input_fn
+
+
+def falcon_tiny(
+    *, hidden: int = 64, heads: int = 4, layers: int = 1, vocab_size: int = 128, seq: int = 16, batch: int = 4,
+) -> ModelBuilder:
+    """HF transformers' ``FalconForCausalLM`` from a local ``FalconConfig`` at tiny sizes.
+
+    Multi-query attention (``multi_query=True``, ``new_decoder_architecture=False``), rotary
+    embeddings, parallel attention/MLP, no bias, ``use_cache=False``: transformers' Falcon then
+    splits the fused qkv with ``fused_qkv[..., [-2], :]``, the list index that puts index_put in the
+    backward (upstream autoparallel #348). Returns ``(model_fn, input_fn)`` like :func:`llama3_small`.
+    """
+    from transformers import FalconConfig, FalconForCausalLM
+
+    config = FalconConfig(
+        vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+        multi_query=True, new_decoder_architecture=False, parallel_attn=True, bias=False, alibi=False,
+        use_cache=False, max_position_embeddings=max(2 * seq, 32),
+    )
+
+    def model_fn() -> nn.Module:
+        return FalconForCausalLM(config)
+
+    def input_fn() -> torch.Tensor:
+        return torch.randint(0, vocab_size, (batch, seq))
+
+    return model_fn, input_fn

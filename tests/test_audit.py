@@ -13,12 +13,19 @@ from autoparallel_constraints.models import SeedConfig
 SMALL = SeedConfig(num_heads=6, head_dim=8, batch=4, seq=8)
 
 
+def _table_ops(autop) -> int:
+    """Joint-graph nodes whose op has a row (counted here, not by the audit)."""
+    table = apc.default_table()
+    return sum(1 for n in autop.gm.graph.nodes if n.op == "call_function" and table.get(n.target) is not None)
+
+
 def test_baseline_audit_is_clean_and_independent_of_solver_values(make_mesh):
     """No plugin: the seed plan audits clean; wiping the ILP's variable values changes nothing,
     since the audit reads only the plan and the applied graph."""
     seen = {}
 
     def after(autop):
+        seen["table_ops"] = _table_ops(autop)
         first = apc.audit(autop)
         for var in autop.sharding_optimizer.prob.variables():
             var.varValue = None
@@ -28,8 +35,8 @@ def test_baseline_audit_is_clean_and_independent_of_solver_values(make_mesh):
     first, second = seen["pair"]
     assert first.ok and second.ok
     assert str(first) == str(second)
-    assert first.table_nodes == 3 and first.edges > 10
-    assert str(first).startswith("audit: clean (3 table ops")
+    assert first.table_nodes == seen["table_ops"] >= 3 and first.edges > 10
+    assert str(first).startswith(f"audit: clean ({first.table_nodes} table ops")
 
 
 def test_shape_check_flags_a_graph_that_is_not_the_plan(make_mesh):

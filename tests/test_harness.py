@@ -1,6 +1,6 @@
 """Guards the CPU harness: the opt-in device-name answer (and its restore), CPU meshes, and the
 mesh-blind strategy cache — two meshes in one process reuse stale strategies unless the cache is
-cleared, which is what the per-test fixture does."""
+cleared, which is what the per-test fixture (and the plugin's own guard) does."""
 
 from __future__ import annotations
 
@@ -43,9 +43,13 @@ def _stale_strategy_count(mesh) -> tuple[int, int]:
 def test_strategy_cache_is_mesh_blind_and_the_fixture_clears_it(make_mesh):
     """(2,4) then (4,2) in one process: without clearing, the second run's strategies still carry
     the (2,4) mesh; cleared between runs (what ``fresh_strategies`` does), none do."""
+    from autoparallel_constraints import _cache_guard
+
     first, second = make_mesh((2, 4)), make_mesh((4, 2))
     reset_strategy_cache()
     _stale_strategy_count(first)
+    # the plugin's guard would clear the cache here; make it believe the cache is the second mesh's
+    _cache_guard._filled_for = _cache_guard.mesh_key(second)
     stale, total = _stale_strategy_count(second)  # no reset in between: the upstream hazard
     assert total and stale == total, (stale, total)
     with fresh_strategy_cache():

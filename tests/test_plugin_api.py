@@ -38,10 +38,18 @@ def _problem_fingerprint(opt):
 
 
 def test_add_op_constraints_is_installed_and_reports_families(make_mesh):
-    """After import, AutoParallel has add_op_constraints; names are <formulation>.<family>_<idx>."""
+    """After import, AutoParallel has add_op_constraints; names are <formulation>.<family>_<idx>
+    (a swapped add strategy, self (S0,S1) with other (S1,S0), is offered so strict has something
+    to forbid; square batch x seq keeps the local shapes equal, as autoparallel's cost model needs)."""
+    from autoparallel_constraints.testing import offer_strategy
+
     assert AutoParallel.add_op_constraints is apc.add_op_constraints
-    with _autop(make_mesh((2,))) as autop:
-        autop.add_input_constraints([(Shard(0),)])
+    s01, s10 = (Shard(0), Shard(1)), (Shard(1), Shard(0))
+    bad_add = offer_strategy(torch.ops.aten.add.Tensor, input_placements=[s01, s10], output_placements=s01)
+    with torch.device("meta"):
+        model = AddMul()
+    with bad_add, AutoParallel(model, lambda: torch.randn(8, 8, 16), make_mesh((2, 2))) as autop:
+        autop.add_input_constraints([(Shard(0), Replicate())])
         added = autop.add_op_constraints(["add", torch.ops.aten.mul.Tensor], formulation="strict")
         assert set(added.rows) == {"aten.add.Tensor", "aten.mul.Tensor"}
         assert added.nodes and set(added.constrained_nodes) <= set(added.nodes)

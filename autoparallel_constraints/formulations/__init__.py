@@ -3,13 +3,27 @@
 from __future__ import annotations
 
 from ..errors import InvalidOptionError
-from ._base import Additions, Formulation, Namer, Repair
+from ._base import Additions, Elastic, Formulation, Namer, Repair
 from .explicit import Explicit
+from .lazy import Lazy
+from .soft import Soft
 from .strict import Strict
 
-__all__ = ["FORMULATIONS", "Additions", "Explicit", "Formulation", "Namer", "Repair", "Strict", "make_formulation"]
+__all__ = [
+    "FORMULATIONS",
+    "Additions",
+    "Elastic",
+    "Explicit",
+    "Formulation",
+    "Lazy",
+    "Namer",
+    "Repair",
+    "Soft",
+    "Strict",
+    "make_formulation",
+]
 
-FORMULATIONS: dict[str, type[Formulation]] = {cls.name: cls for cls in (Strict, Explicit)}
+FORMULATIONS: dict[str, type[Formulation]] = {cls.name: cls for cls in (Strict, Explicit, Soft, Lazy)}
 
 
 def make_formulation(name: str, **options: object) -> Formulation:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Additions", "Formulation", "Namer", "Repair"]
+__all__ = ["Additions", "Elastic", "Formulation", "Namer", "Repair", "elastic_constraint"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -45,6 +45,19 @@ class Repair:
     cost: float
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Elastic:
+    """A table rule made elastic at one site: ``variable`` > 0 in a plan means the rule gave way.
+
+    ``weight`` is the objective coefficient of ``variable`` (penalty × cluster multiplier).
+    """
+
+    variable: str
+    constraint: str
+    root_idx: int
+    weight: float
+
+
 @dataclass(kw_only=True, slots=True)
 class Additions:
     """Everything a formulation adds to the ILP, by name and family."""
@@ -53,6 +66,20 @@ class Additions:
     variables: dict[str, pulp.LpVariable] = field(default_factory=dict)
     objective: list[tuple[pulp.LpVariable, float]] = field(default_factory=list)
     repairs: dict[tuple[int, int], Repair] = field(default_factory=dict)  # (root_idx, out_idx)
+    elastic: dict[str, Elastic] = field(default_factory=dict)  # slack variable name -> its rule
+    owners: dict[str, int] = field(default_factory=dict)  # constraint name -> root_idx of its site
+
+    def merge(self, other: Additions) -> None:
+        """Take ``other``'s additions (a later round) into this record."""
+        self.constraints.update(other.constraints)
+        self.variables.update(other.variables)
+        self.objective.extend(other.objective)
+        self.repairs.update(other.repairs)
+        self.elastic.update(other.elastic)
+        self.owners.update(other.owners)
+
+    def __bool__(self) -> bool:
+        return bool(self.constraints or self.variables or self.objective)
 
     def by_family(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -105,3 +132,32 @@ class Formulation(abc.ABC):
 
     def check_pins(self, opt: ShardingOptimizer, sites: Sequence[Site], additions: Additions) -> None:
         """Called before every solve: raise if user pins contradict this formulation. Default: no-op."""
+
+    def after_solve(
+        self, opt: ShardingOptimizer, sites: Sequence[Site], additions: Additions, namer: Namer, round_index: int
+    ) -> Additions | None:
+        """Called after solve number ``round_index`` (0-based) with the plan in the variables' values.
+
+        Return more additions to add and re-solve (cutting planes), or None when the plan is
+        final. Default: None (one solve).
+        """
+        return None
+
+
+def elastic_constraint(
+    constraint: pulp.LpConstraint, below: pulp.LpVariable | None, above: pulp.LpVariable | None
+) -> pulp.LpConstraint:
+    """``constraint`` with slack: ``e + below − above (sense) 0``; None leaves that side hard.
+
+    For ``e = 0`` both sides are needed; ``e ≤ 0`` only gives way with ``above``, ``e ≥ 0``
+    only with ``below``. The original constraint is not modified.
+    """
+    import pulp
+
+    expr = pulp.LpAffineExpression(constraint.expr)
+    expr.constant = constraint.constant
+    if below is not None:
+        expr = expr + below
+    if above is not None:
+        expr = expr - above
+    return pulp.LpConstraint(expr, sense=constraint.sense)

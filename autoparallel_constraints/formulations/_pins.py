@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import pulp
+
+from .._placements import fmt_spec
+from ..errors import StrictConflictError
 
 if TYPE_CHECKING:
     from autoparallel.optimize_sharding import ShardingOptimizer
@@ -32,14 +35,18 @@ def _is_default(name: str) -> bool:
     return name.startswith(DEFAULT_FAMILIES) or "." in name
 
 
-def find_pin_conflicts(
-    opt: ShardingOptimizer, sites: Sequence[Site], forbidden: Callable[[Site], set[int]]
-) -> list[tuple[Site, str, set[int]]]:
-    """(site, pin name, strategies the pin allows) for pins that allow only forbidden strategies.
+def is_user_pin(name: str) -> bool:
+    """A constraint the user added (input/output/node constraints, custom names)."""
+    return not _is_default(name)
 
-    A pin is a constraint ``Σ x[t,a,o,j] = 1`` over one site's variables; the strategies it allows
-    are the ``o`` that appear in it.
-    """
+
+def user_pins(opt: ShardingOptimizer) -> Iterator[str]:
+    """Names of the user's constraints in the optimizer's problem."""
+    return (name for name in opt.prob.constraints if is_user_pin(name))
+
+
+def site_variables(opt: ShardingOptimizer, sites: Sequence[Site]) -> dict[str, tuple[Site, int]]:
+    """Variable name -> (root site, strategy index) for every variable of the root sites."""
     var_owner: dict[str, tuple[Site, int]] = {}
     for site in sites:
         if not site.is_root:
@@ -48,10 +55,21 @@ def find_pin_conflicts(
         for o, strategy in enumerate(strategies):
             for argi in range(len(strategy.redistribute_cost)):
                 for j in range(len(strategy.redistribute_cost[argi])):
-                    key = (site.node_idx, argi, o, j)
-                    var = opt.pulp_variables.get(key)
+                    var = opt.pulp_variables.get((site.node_idx, argi, o, j))
                     if var is not None:
                         var_owner[var.name] = (site, o)
+    return var_owner
+
+
+def find_pin_conflicts(
+    opt: ShardingOptimizer, sites: Sequence[Site], forbidden: Callable[[Site], set[int]]
+) -> list[tuple[Site, str, set[int]]]:
+    """(site, pin name, strategies the pin allows) for pins that allow only forbidden strategies.
+
+    A pin is a constraint ``Σ x[t,a,o,j] = 1`` over one site's variables; the strategies it allows
+    are the ``o`` that appear in it.
+    """
+    var_owner = site_variables(opt, sites)
     if not var_owner:
         return []
     conflicts = []
@@ -70,3 +88,41 @@ def find_pin_conflicts(
         if allowed and allowed <= bad:
             conflicts.append((site, name, allowed))
     return conflicts
+
+
+def raise_pin_conflicts(
+    opt: ShardingOptimizer, conflicts: Sequence[tuple[Site, str, set[int]]], formulation: str
+) -> None:
+    """Raise :class:`StrictConflictError` naming each pin, its node, the rule and the strategies."""
+    if not conflicts:
+        return
+    lines = []
+    for site, pin, allowed in conflicts:
+        strategies = opt.strats[site.node].strategies
+        shown = "; ".join(
+            f"#{o}: inputs {', '.join(fmt_spec(s) for s in strategies[o].input_specs)} "
+            f"({site.verdicts[o][0]})"
+            for o in sorted(allowed)
+        )
+        lines.append(
+            f"  pin {pin!r} on {site.orig.name} ({site.rule.name}) allows only strategies that "
+            f"break the rule: {shown}\n    rule: {site.rule.describe()}"
+        )
+    raise StrictConflictError(
+        f"{formulation} formulation conflicts with user pins:\n"
+        + "\n".join(lines)
+        + "\nRemove the pin (autop.sharding_optimizer.remove_constraints([...])), pin a co-sharded "
+        "strategy instead, or use formulation='explicit' to repair the pinned strategy with an "
+        "explicit redistribution."
+    )
+
+
+def refuse_all_bad(site: Site, formulation: str) -> None:
+    """A site all of whose strategies break its rule cannot be forbidden: say so before building."""
+    if len(site.bad_indices) == site.num_strategies:
+        raise StrictConflictError(
+            f"{formulation}: every one of the {site.num_strategies} strategies of {site.orig.name} "
+            f"({site.rule.name}) breaks its rule — {site.rule.describe()}. First reason: "
+            f"{site.verdicts[0][0]}. Use formulation='explicit' (which inserts the "
+            "redistribution) or fix the op's strategies."
+        )

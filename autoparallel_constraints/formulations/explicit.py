@@ -76,6 +76,7 @@ class Explicit(Formulation):
                 link = namer("link")
                 out.variables[var_name] = var
                 out.constraints[link] = var - pulp.lpSum(strategy_indicator(opt, site.node_idx, o)) == 0
+                out.owners[link] = site.root_idx
                 out.objective.append((var, cost * multiplier))
                 out.repairs[(site.root_idx, o)] = Repair(
                     variable=var_name,
@@ -88,5 +89,7 @@ class Explicit(Formulation):
                 )
             if unrepairable:
                 terms = [v for o in unrepairable for v in strategy_indicator(opt, site.node_idx, o)]
-                out.constraints[namer("forbid")] = pulp.lpSum(terms) == 0
+                forbid = namer("forbid")
+                out.constraints[forbid] = pulp.lpSum(terms) == 0
+                out.owners[forbid] = site.root_idx
         return out

@@ -8,10 +8,8 @@ from typing import TYPE_CHECKING
 
 import pulp
 
-from .._placements import fmt_spec
-from ..errors import StrictConflictError
 from ._base import Additions, Formulation, Namer
-from ._pins import find_pin_conflicts
+from ._pins import find_pin_conflicts, raise_pin_conflicts, refuse_all_bad
 
 if TYPE_CHECKING:
     from autoparallel.optimize_sharding import ShardingOptimizer
@@ -54,37 +52,13 @@ class Strict(Formulation):
         for site in sites:
             if not site.is_root or not site.bad_indices:
                 continue
-            if len(site.bad_indices) == site.num_strategies:
-                raise StrictConflictError(
-                    f"strict: every one of the {site.num_strategies} strategies of {site.orig.name} "
-                    f"({site.rule.name}) breaks its rule — {site.rule.describe()}. First reason: "
-                    f"{site.verdicts[0][0]}. Use formulation='explicit' (which inserts the "
-                    "redistribution) or fix the op's strategies."
-                )
+            refuse_all_bad(site, self.name)
             terms = [v for o in site.bad_indices for v in strategy_indicator(opt, site.node_idx, o)]
-            out.constraints[namer("forbid")] = pulp.lpSum(terms) == 0
+            name = namer("forbid")
+            out.constraints[name] = pulp.lpSum(terms) == 0
+            out.owners[name] = site.root_idx
         return out
 
     def check_pins(self, opt: ShardingOptimizer, sites: Sequence[Site], additions: Additions) -> None:
-        conflicts = find_pin_conflicts(opt, sites, forbidden=lambda site: set(site.bad_indices))
-        if not conflicts:
-            return
-        lines = []
-        for site, pin, allowed in conflicts:
-            strategies = opt.strats[site.node].strategies
-            shown = "; ".join(
-                f"#{o}: inputs {', '.join(fmt_spec(s) for s in strategies[o].input_specs)} "
-                f"({site.verdicts[o][0]})"
-                for o in sorted(allowed)
-            )
-            lines.append(
-                f"  pin {pin!r} on {site.orig.name} ({site.rule.name}) allows only strategies that "
-                f"break the rule: {shown}\n    rule: {site.rule.describe()}"
-            )
-        raise StrictConflictError(
-            "strict formulation conflicts with user pins:\n"
-            + "\n".join(lines)
-            + "\nRemove the pin (autop.sharding_optimizer.remove_constraints([...])), pin a co-sharded "
-            "strategy instead, or use formulation='explicit' to repair the pinned strategy with an "
-            "explicit redistribution."
-        )
+        """Before each solve: a user pin allowing only strategies in B_t raises, naming rule and pin."""
+        raise_pin_conflicts(opt, find_pin_conflicts(opt, sites, forbidden=lambda site: set(site.bad_indices)), self.name)

@@ -1,15 +1,29 @@
-"""The compatibility table: which tensor inputs of an op must be co-sharded, and how."""
+"""The compatibility table: which tensor inputs of an op must be co-sharded, and how.
+
+* ``_model`` — the data model (rows, argument roles, alignments, Partial combinations) and the
+  co-sharding check; ``_binders`` — each alignment's dim maps;
+* ``_rows`` — the built-in rows, grouped by meaning; ``_registry`` — the table object;
+* ``_groundtruth`` — every row checked numerically on 1-D and 2-D meshes
+  (``python -m autoparallel_constraints.table._groundtruth [--full]``).
+"""
 
 from ._model import (
+    ALL_REDUCES,
+    IDEMPOTENT,
+    SUM_AVG,
     Alignment,
     ArgSpec,
     Binding,
+    BoundArg,
     DimKind,
     Flag,
     Linearity,
     Mismatch,
     OpRule,
+    PartialCombo,
+    Reduce,
     Role,
+    Take,
     bind,
     check,
     repair_targets,
@@ -17,17 +31,24 @@ from ._model import (
 from ._registry import OpSelector, Table, default_table, validate_row
 
 __all__ = [
+    "ALL_REDUCES",
+    "IDEMPOTENT",
+    "SUM_AVG",
     "Alignment",
     "ArgSpec",
     "Binding",
+    "BoundArg",
     "DimKind",
     "Flag",
     "Linearity",
     "Mismatch",
     "OpRule",
     "OpSelector",
+    "PartialCombo",
+    "Reduce",
     "Role",
     "Table",
+    "Take",
     "bind",
     "check",
     "default_table",

@@ -5,17 +5,30 @@ how each argument's dims map onto the op's *logical* dims, and which arguments m
 together. Rows are data; the rules they encode are applied by two functions:
 
 * :func:`bind` turns a row plus one concrete FX node (shapes and non-tensor arguments known) into a
-  :class:`Binding`: an explicit dim map per tensor input, where every dim is either a logical dim
-  index or a :class:`DimKind` marker (``BROADCAST``: size 1 against a larger logical dim, so it must
-  be Replicate; ``INDEXED``: addressed by an index tensor, so it must be Replicate).
+  :class:`Binding`: an explicit dim map per tensor input and per output, where every dim is either
+  a logical dim index or a :class:`DimKind` marker (``BROADCAST``: size 1 against a larger logical
+  dim; ``INDEXED``: addressed by an index tensor; ``WHOLE``: the op needs it whole — reduced,
+  concatenated or scattered along). Marked dims must be Replicate. How the dims map is the row's
+  :class:`Alignment`; each alignment's dim-map function lives in ``_binders``.
 * :func:`check` decides whether one strategy's input and output specs are co-sharded under a
   binding, and returns every :class:`Mismatch` it finds (empty = co-sharded).
 
-Co-sharded means: on every mesh dim, the group's members (every ``ALIGNED`` input and the output)
-are all Replicate; or every member that has the logical dim ``L`` as a real dim is ``Shard`` of
-it (same split factor, same order across mesh dims), and members without it are Replicate; or the
-members are Partial in a combination the row's :class:`Linearity` allows. ``INDEX`` inputs must be
-Replicate on every mesh dim.
+Logical dims are the first output's dims ``0..n-1``, plus dims the op sums over (an einsum's
+contracted labels, the batch dims of a weight gradient), numbered after them. Co-sharded means,
+on every mesh dim, one of:
+
+* **Replicate**: every input is Replicate, and every output Replicate or ``Partial(avg|max|min)``
+  (a value equal on every rank reduces to itself under those);
+* **Shard**: the members that have logical dim ``L`` as a real dim all ``Shard`` it (same split
+  factor; same mesh-dim order when several mesh dims shard it), at least one input among them; the
+  other inputs are Replicate; an output without ``L`` is ``Partial(sum)`` (the op sums over
+  ``L``), an output with it shards it;
+* **Partial**: no member shards; the Partial inputs, all with one reduce op, form one of the row's
+  :class:`PartialCombo` entries, and every output is Partial with the reduce op the combination
+  gives (or Replicate where it says so).
+
+The rules are checked against ground truth (the op run on every rank's shards) on 1-D and 2-D
+meshes by ``autoparallel_constraints.table._groundtruth``.
 """
 
 from __future__ import annotations
@@ -34,6 +47,9 @@ if TYPE_CHECKING:
     from torch.distributed.tensor._dtensor_spec import DTensorSpec
 
 __all__ = [
+    "ALL_REDUCES",
+    "IDEMPOTENT",
+    "SUM_AVG",
     "Alignment",
     "ArgSpec",
     "Binding",
@@ -43,37 +59,88 @@ __all__ = [
     "Linearity",
     "Mismatch",
     "OpRule",
+    "PartialCombo",
+    "Reduce",
     "Role",
+    "Take",
     "bind",
     "check",
     "repair_targets",
 ]
 
 OUTPUT = "out"
-# Reduce ops under which a sum-linear op commutes with the pending reduction.
-LINEAR_REDUCE_OPS = frozenset({"sum", "avg"})
 
 
 class Role(enum.Enum):
     """What a tensor argument is to the co-shard group."""
 
     ALIGNED = "aligned"  # a member: its dims map onto logical dims and must be sharded alike
-    INDEX = "index"  # an index tensor (index_put's ``indices``): must be Replicate
+    # An index tensor: never Partial. Its dims are what the alignment makes them: an index_put or
+    # scatter index addresses the indexed dim (INDEXED: Replicate), a gather index (index.Tensor,
+    # embedding, index_select) lays out output dims and may shard with them.
+    INDEX = "index"
 
 
 class Alignment(enum.Enum):
-    """How the ALIGNED arguments' dims map onto the op's logical dims (= the output's dims)."""
+    """How a row's tensor arguments map onto the op's logical dims (see ``_binders``)."""
 
     BROADCAST = "broadcast"  # right-aligned numpy broadcasting onto the output shape
     INDEX_PUT = "index_put"  # self's dims; values broadcast onto the shape of self[indices]
+    GATHER = "gather"  # self[indices]: index tensors lay out the indexed result dims
+    INDEX_SELECT = "index_select"  # self.index_select(dim, index): index lays out dim
+    TAKE_ALONG = "take_along"  # gather(self, dim, index): index's dims are the output's
+    EMBEDDING = "embedding"  # weight[indices]
+    EMBEDDING_BACKWARD = "embedding_backward"  # rows of grad summed into the weight's shape
+    EINSUM = "einsum"  # labelled dims; labels absent from the output are summed over
+    CAT = "cat"  # every dim aligned except the cat dim
+    STACK = "stack"  # every input dim aligned with the output, the new dim whole
+    SLICE_SCATTER = "slice_scatter"  # self and src aligned except dim
+    SELECT_SCATTER = "select_scatter"  # src is self without dim
+    SCATTER = "scatter"  # scatter(self, dim, index, src): aligned off dim where sizes agree
+    INDEX_SCATTER = "index_scatter"  # index_add/index_copy: 1-D index along dim
+    LAYER_NORM = "layer_norm"  # leading dims aligned, normalized dims whole
+    LAYER_NORM_BACKWARD = "layer_norm_backward"  # + weight/bias grads summed over leading dims
+    ATTENTION = "attention"  # sdpa: batch and heads aligned (query seq when not causal)
+    ATTENTION_BACKWARD = "attention_backward"  # + key/value grads summed over query seq
+
+
+class Reduce(enum.Enum):
+    """Reduce ops of ``Partial`` placements (DTensor's ``reduce_op`` strings)."""
+
+    SUM = "sum"
+    AVG = "avg"
+    MAX = "max"
+    MIN = "min"
+    PRODUCT = "product"
+
+
+SUM_AVG = (Reduce.SUM, Reduce.AVG)
+# Reductions with r(x, ..., x) = x: a value replicated on every rank passes through them.
+IDEMPOTENT = (Reduce.AVG, Reduce.MAX, Reduce.MIN)
+# Every elementwise reduction: what commutes with picking elements (selection, gathering).
+ALL_REDUCES = (Reduce.SUM, Reduce.AVG, Reduce.MAX, Reduce.MIN, Reduce.PRODUCT)
+_IDEMPOTENT_OPS = frozenset(r.value for r in IDEMPOTENT)
+
+
+class Take(enum.Enum):
+    """Which of a combination's arguments are Partial (the others Replicate)."""
+
+    ALL = "all"  # every listed argument (every element of a listed list argument)
+    ANY = "any"  # any non-empty subset of them
+    ONE = "one"  # exactly one of them
 
 
 class Linearity(enum.Enum):
-    """Which Partial combinations of the Partial-capable arguments give a correct result."""
+    """Shorthand for the usual Partial rules, expanded by :attr:`OpRule.combos`.
 
-    NONE = "none"  # no argument may be Partial
-    LINEAR = "linear"  # all capable args Partial together, same reduce op (add, where's branches)
-    MULTILINEAR = "multilinear"  # exactly one capable arg Partial, the rest Replicate (mul, div)
+    ``LINEAR``: all Partial-capable args Partial together, sum or avg (add, where's branches).
+    ``MULTILINEAR``: exactly one capable arg Partial, sum or avg (mul, div's numerator).
+    A row that states ``partials`` explicitly leaves this at ``NONE``.
+    """
+
+    NONE = "none"
+    LINEAR = "linear"
+    MULTILINEAR = "multilinear"
 
 
 class DimKind(enum.Enum):
@@ -81,6 +148,7 @@ class DimKind(enum.Enum):
 
     BROADCAST = "broadcast"
     INDEXED = "indexed"
+    WHOLE = "whole"
 
 
 DimMapEntry = int | DimKind
@@ -90,8 +158,8 @@ DimMapEntry = int | DimKind
 class ArgSpec:
     """One tensor argument of a row.
 
-    ``position`` is the index in the op's positional arguments (as in the schema); for a list
-    argument (index_put's ``indices``) every tensor element takes the same role.
+    ``position`` is the index in the op's schema arguments; for a list argument (index_put's
+    ``indices``, cat's ``tensors``) every tensor element takes the same role.
     ``partial`` says whether the argument may take part in a Partial combination.
     """
 
@@ -103,17 +171,76 @@ class ArgSpec:
 
 @dataclass(frozen=True, slots=True)
 class Flag:
-    """A non-tensor argument that gates the Partial rule (index_put's ``accumulate``)."""
+    """A non-tensor argument that gates Partial rules (index_put's ``accumulate``, add's
+    ``alpha``). ``required`` is the value it must have, or a frozenset of allowed values."""
 
     name: str
     position: int
     required: Any
     default: Any
 
+    def holds(self, value: Any) -> bool:
+        if isinstance(self.required, frozenset):
+            return value in self.required
+        if isinstance(self.required, bool) or isinstance(value, bool):
+            return value is self.required
+        return bool(value == self.required)
+
+    def describe(self) -> str:
+        if isinstance(self.required, frozenset):
+            return f"{self.name} in {{{', '.join(sorted(map(repr, self.required)))}}}"
+        return f"{self.name}={self.required!r}"
+
+
+@dataclass(frozen=True, slots=True)
+class PartialCombo:
+    """One Partial combination a row allows on a mesh dim.
+
+    The inputs named in ``args`` (chosen as ``take`` says; every other input Replicate) are
+    Partial with one reduce op ``r`` from ``reduce``; then every output is ``Partial(out[r])``
+    — the same op unless ``out`` maps it (``None``: the output is Replicate). ``only_if`` gates
+    the combination on a non-tensor argument; ``why`` says in words why it is exact.
+    """
+
+    args: tuple[str, ...]
+    reduce: tuple[Reduce, ...]
+    take: Take = Take.ALL
+    out: tuple[Reduce | None, ...] = ()
+    only_if: Flag | None = None
+    why: str = ""
+
+    def output_for(self, r: Reduce) -> Reduce | None:
+        if not self.out:
+            return r
+        return self.out[self.reduce.index(r)]
+
+    def describe(self) -> str:
+        who = {Take.ALL: "all of", Take.ANY: "any of", Take.ONE: "one of"}[self.take]
+        if len(self.args) == 1:
+            who = "" if self.take is not Take.ONE else ""
+        names = ", ".join(self.args)
+        ops = "|".join(r.value for r in self.reduce)
+        text = f"{who + ' ' if who else ''}{{{names}}} P({ops})"
+        if self.out:
+            mapped = ", ".join(
+                f"{r.value}->{'R' if o is None else o.value}" for r, o in zip(self.reduce, self.out) if o is not r
+            )
+            text += f" (output {mapped})"
+        if self.only_if is not None:
+            text += f" when {self.only_if.describe()}"
+        return text
+
 
 @dataclass(frozen=True, slots=True)
 class OpRule:
-    """One row of the compatibility table: the co-sharding rule of one aten overload."""
+    """One row of the compatibility table: the co-sharding rule of one aten overload.
+
+    ``partials`` states the Partial combinations explicitly; when it is None they come from the
+    ``linearity`` shorthand. ``partial_only_if`` gates every combination (kept for rows written
+    with ``linearity``). ``equation`` is an EINSUM row's fixed equation (``"mk,kn->mn"`` for mm;
+    einsum itself reads its ``equation`` argument). ``whole_dims_arg`` names the argument holding
+    the dim(s) a BROADCAST row needs whole (softmax backward's ``dim``).
+    """
 
     op: torch._ops.OpOverload
     family: str
@@ -122,6 +249,9 @@ class OpRule:
     linearity: Linearity = Linearity.NONE
     partial_only_if: Flag | None = None
     note: str = ""
+    partials: tuple[PartialCombo, ...] | None = None
+    equation: str = ""
+    whole_dims_arg: str = ""
 
     @property
     def name(self) -> str:
@@ -131,25 +261,30 @@ class OpRule:
     def short_name(self) -> str:
         return self.op.name().split("::", 1)[-1]  # "index_put" (packet) + overload elided
 
+    @property
+    def combos(self) -> tuple[PartialCombo, ...]:
+        """The row's Partial combinations, explicit or expanded from ``linearity``."""
+        if self.partials is not None:
+            return self.partials
+        capable = tuple(a.name for a in self.args if a.partial and a.role is Role.ALIGNED)
+        if self.linearity is Linearity.NONE or not capable:
+            return ()
+        take = Take.ALL if self.linearity is Linearity.LINEAR else Take.ONE
+        why = "linear in all of them together" if take is Take.ALL else "linear in each separately"
+        return (PartialCombo(capable, SUM_AVG, take, why=why),)
+
     def describe(self) -> str:
         """One line a user can read in an error: the row's rule in words."""
         roles = ", ".join(
-            f"{a.name}{'' if a.role is Role.ALIGNED else ' (index, Replicate)'}"
+            f"{a.name}{'' if a.role is Role.ALIGNED else ' (index)'}"
             + ("" if a.partial or a.role is Role.INDEX else " (never Partial)")
             for a in self.args
         )
-        partial = {
-            Linearity.NONE: "no Partial",
-            Linearity.LINEAR: "Partial only with all of them Partial(sum|avg)",
-            Linearity.MULTILINEAR: "Partial on one of them at a time",
-        }[self.linearity]
-        if self.partial_only_if is not None and self.linearity is not Linearity.NONE:
-            flag = self.partial_only_if
-            partial += f", and only when {flag.name}={flag.required!r}"
-        return (
-            f"{self.name} [{self.family}]: {roles} co-sharded by {self.alignment.value} alignment; "
-            f"{partial}"
-        )
+        combos = self.combos
+        partial = "no Partial" if not combos else "Partial: " + "; ".join(c.describe() for c in combos)
+        if self.partial_only_if is not None and combos:
+            partial += f", and only when {self.partial_only_if.describe()}"
+        return f"{self.name} [{self.family}]: {roles} co-sharded by {self.alignment.value} alignment; {partial}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,15 +300,21 @@ class BoundArg:
 
 @dataclass(frozen=True, slots=True)
 class Binding:
-    """A row bound to a node: explicit dim maps for every tensor input and for the output."""
+    """A row bound to a node: explicit dim maps for every tensor input and for the outputs."""
 
     rule: OpRule
     args: tuple[BoundArg, ...]
     out_shape: tuple[int, ...]
-    partial_allowed: bool  # the row's Linearity is not NONE and its flag holds
-    scalar_operand: bool  # a Partial-capable operand is a Python scalar (forbids LINEAR Partial)
+    partial_allowed: bool  # some Partial combination is active for this node
+    scalar_operand: bool  # a Partial-capable operand is a Python scalar
     num_inputs: int  # len(OpSpec.input_specs) expected
-    out_dim_map: tuple[DimMapEntry, ...]  # the output's dims are the logical dims, markers kept
+    out_dim_map: tuple[DimMapEntry, ...]  # the first output's dims, markers kept
+    out_dim_maps: tuple[tuple[DimMapEntry, ...] | None, ...] = ()  # every output (None: not a tensor)
+    out_shapes: tuple[tuple[int, ...] | None, ...] = ()
+    active_combos: tuple[PartialCombo, ...] = ()  # the row's combinations whose flags hold here
+
+    def out_label(self, i: int) -> str:
+        return OUTPUT if len(self.out_dim_maps) <= 1 else f"{OUTPUT}[{i}]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,64 +339,34 @@ def _shape_of(value: Any) -> tuple[int, ...] | None:
     return None
 
 
-def _broadcast_map(shape: Sequence[int], out_shape: Sequence[int]) -> tuple[DimMapEntry, ...]:
-    offset = len(out_shape) - len(shape)
-    entries: list[DimMapEntry] = []
-    for i, size in enumerate(shape):
-        logical = offset + i
-        if logical < 0:
-            entries.append(DimKind.BROADCAST)  # more dims than the output: cannot happen in aten
-        elif size == 1 and out_shape[logical] != 1:
-            entries.append(DimKind.BROADCAST)
-        else:
-            entries.append(logical)
-    return tuple(entries)
-
-
-def _index_put_maps(
-    self_shape: Sequence[int], index_shapes: Sequence[tuple[int, ...] | None], values_shape: Sequence[int]
-) -> tuple[tuple[DimMapEntry, ...], tuple[DimMapEntry, ...]]:
-    """Dim maps of ``self`` and ``values`` for ``self[indices] = values``.
-
-    Advanced indexing replaces the indexed dims of self by the broadcast shape of the index
-    tensors, placed where the indexed dims were if they are adjacent, else in front (numpy rule).
-    ``values`` is broadcast onto that result shape.
-    """
-    indexed = [d for d, s in enumerate(index_shapes) if s is not None]
-    self_map: list[DimMapEntry] = [DimKind.INDEXED if d in indexed else d for d in range(len(self_shape))]
-    if not indexed:
-        return tuple(self_map), _broadcast_map(values_shape, self_shape)
-    idx_shape = tuple(torch.broadcast_shapes(*[s for s in index_shapes if s is not None]))
-    adjacent = indexed == list(range(indexed[0], indexed[-1] + 1))
-    rest = [d for d in range(len(self_shape)) if d not in indexed]
-    # result dims: each entry is (size, logical-or-INDEXED)
-    result: list[tuple[int, DimMapEntry]]
-    idx_part = [(size, DimKind.INDEXED) for size in idx_shape]
-    if adjacent:
-        before = [(self_shape[d], d) for d in rest if d < indexed[0]]
-        after = [(self_shape[d], d) for d in rest if d > indexed[-1]]
-        result = before + idx_part + after
-    else:
-        result = idx_part + [(self_shape[d], d) for d in rest]
-    offset = len(result) - len(values_shape)
-    values_map: list[DimMapEntry] = []
-    for i, size in enumerate(values_shape):
-        j = offset + i
-        if j < 0:
-            values_map.append(DimKind.BROADCAST)
-            continue
-        res_size, logical = result[j]
-        if isinstance(logical, DimKind):
-            values_map.append(logical)
-        elif size == 1 and res_size != 1:
-            values_map.append(DimKind.BROADCAST)
-        else:
-            values_map.append(logical)
-    return tuple(self_map), tuple(values_map)
-
-
 def _is_tensor_node(x: Any) -> bool:
     return isinstance(x, torch.fx.Node) and isinstance(x.meta.get("val"), torch.Tensor)
+
+
+def argument_value(node: torch.fx.Node, name: str, position: int | None = None) -> Any:
+    """The value of schema argument ``name`` of ``node`` (positional, keyword or default)."""
+    schema = node.target._schema  # type: ignore[union-attr]
+    for i, a in enumerate(schema.arguments):
+        if a.name == name:
+            if i < len(node.args) and not a.kwarg_only:
+                return node.args[i]
+            if name in node.kwargs:
+                return node.kwargs[name]
+            if i < len(node.args):
+                return node.args[i]
+            return a.default_value if a.has_default_value() else None
+    if position is not None and position < len(node.args):
+        return node.args[position]
+    return None
+
+
+def _flag_holds(flag: Flag | None, node: torch.fx.Node) -> bool:
+    if flag is None:
+        return True
+    value = argument_value(node, flag.name, flag.position)
+    if value is None and flag.default is not None:
+        value = flag.default
+    return flag.holds(value)
 
 
 def bind(
@@ -266,12 +377,18 @@ def bind(
     ``is_input`` says which argument Nodes own a slot in the strategy's ``input_specs``
     (autoparallel: the nodes it has strategies for); by default, tensor-valued nodes.
 
-    Returns None when the node has fewer than one aligned tensor input and nothing to check
-    (e.g. ``add.Tensor`` called with a non-tensor where the schema allows it).
+    Returns None when there is nothing to check: the node has no tensor output, the row's
+    alignment cannot read this call (e.g. an einsum equation with a repeated label), or it lacks
+    the arguments the alignment needs.
     """
+    from ._binders import BINDERS, Raw
+
     out_val = node.meta.get("val")
-    out_shape = _shape_of(out_val)
-    if out_shape is None:
+    if isinstance(out_val, torch.Tensor):
+        out_shapes: tuple[tuple[int, ...] | None, ...] = (_shape_of(out_val),)
+    elif isinstance(out_val, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in out_val):
+        out_shapes = tuple(_shape_of(v) for v in out_val)
+    else:
         return None
     # input_specs order: tensor-valued Nodes of the flattened positional args (autoparallel's
     # all_input_nodes), so count them in that order.
@@ -285,70 +402,49 @@ def bind(
             flat_positions.append((pos, None))
     spec_index = {fp: i for i, fp in enumerate(flat_positions)}
 
-    bound: list[BoundArg] = []
+    raws: list[Raw] = []
     scalar_operand = False
-    index_shapes: list[tuple[int, ...] | None] = []
+    list_shapes: dict[str, list[tuple[int, ...] | None]] = {}
     for a in rule.args:
         if a.position >= len(node.args):
             continue
         value = node.args[a.position]
         if isinstance(value, (list, tuple)):
+            shapes = list_shapes.setdefault(a.name, [])
             for k, elem in enumerate(value):
                 shape = _shape_of(elem.meta.get("val")) if isinstance(elem, torch.fx.Node) else None
-                if a.role is Role.INDEX:
-                    index_shapes.append(shape)
+                shapes.append(shape)
                 if shape is None or (a.position, k) not in spec_index:
                     continue
-                bound.append(BoundArg(spec_index[(a.position, k)], f"{a.name}[{k}]", a, shape, ()))
+                raws.append(Raw(spec_index[(a.position, k)], f"{a.name}[{k}]", a, shape, k))
         elif _is_tensor_node(value) and (a.position, None) in spec_index:
             shape = tuple(int(s) for s in value.meta["val"].shape)
-            bound.append(BoundArg(spec_index[(a.position, None)], a.name, a, shape, ()))
+            raws.append(Raw(spec_index[(a.position, None)], a.name, a, shape, None))
         elif isinstance(value, (int, float, bool, complex)) and a.partial:
             scalar_operand = True
 
-    # dim maps
-    mapped: list[BoundArg] = []
-    out_map: tuple[DimMapEntry, ...] = tuple(range(len(out_shape)))
-    if rule.alignment is Alignment.INDEX_PUT:
-        self_arg = next((b for b in bound if b.arg.name == "self"), None)
-        values_arg = next((b for b in bound if b.arg.name == "values"), None)
-        if self_arg is None or values_arg is None:
-            return None
-        self_map, values_map = _index_put_maps(self_arg.shape, index_shapes, values_arg.shape)
-        out_map = self_map  # the output is self, updated in place or copied
-        for b in bound:
-            if b is self_arg:
-                dim_map = self_map
-            elif b is values_arg:
-                dim_map = values_map
-            else:
-                dim_map = tuple(DimKind.INDEXED for _ in b.shape)
-            mapped.append(BoundArg(b.spec_index, b.label, b.arg, b.shape, dim_map))
-    else:
-        for b in bound:
-            dim_map = (
-                _broadcast_map(b.shape, out_shape)
-                if b.arg.role is Role.ALIGNED
-                else tuple(DimKind.INDEXED for _ in b.shape)
-            )
-            mapped.append(BoundArg(b.spec_index, b.label, b.arg, b.shape, dim_map))
+    maps = BINDERS[rule.alignment](rule, node, raws, out_shapes, list_shapes)
+    if maps is None:
+        return None
+    arg_maps, out_maps = maps
+    mapped = [BoundArg(r.spec_index, r.label, r.arg, r.shape, tuple(arg_maps[r.label])) for r in raws]
 
-    partial_allowed = rule.linearity is not Linearity.NONE
-    if partial_allowed and rule.partial_only_if is not None:
-        flag = rule.partial_only_if
-        if flag.position < len(node.args):
-            value = node.args[flag.position]
-        else:
-            value = node.kwargs.get(flag.name, flag.default)
-        partial_allowed = value == flag.required
+    if rule.partial_only_if is not None and not _flag_holds(rule.partial_only_if, node):
+        active: tuple[PartialCombo, ...] = ()
+    else:
+        active = tuple(c for c in rule.combos if _flag_holds(c.only_if, node))
+    first = next((m for m in out_maps if m is not None), ())
     return Binding(
         rule=rule,
         args=tuple(sorted(mapped, key=lambda b: b.spec_index)),
-        out_shape=out_shape,
-        partial_allowed=partial_allowed,
+        out_shape=out_shapes[0] or (),
+        partial_allowed=bool(active),
         scalar_operand=scalar_operand,
         num_inputs=len(flat_positions),
-        out_dim_map=out_map,
+        out_dim_map=tuple(first),
+        out_dim_maps=tuple(None if m is None else tuple(m) for m in out_maps),
+        out_shapes=out_shapes,
+        active_combos=active,
     )
 
 
@@ -381,8 +477,12 @@ class _Member:
     label: str
     spec: DTensorSpec
     dim_map: tuple[DimMapEntry, ...]
-    partial_capable: bool
+    arg: ArgSpec | None  # None for outputs
     is_output: bool
+
+    @property
+    def is_index(self) -> bool:
+        return self.arg is not None and self.arg.role is Role.INDEX
 
     def logical(self, tensor_dim: int) -> DimMapEntry:
         if tensor_dim >= len(self.dim_map):
@@ -396,129 +496,186 @@ class _Member:
         return None
 
 
-def _output_spec(output_specs: Any) -> DTensorSpec | None:
+def _output_specs(output_specs: Any) -> list[DTensorSpec | None]:
     if isinstance(output_specs, (list, tuple)):
-        return output_specs[0] if output_specs else None
-    return output_specs
+        return list(output_specs)
+    return [output_specs]
 
 
-def check(binding: Binding, input_specs: Sequence[DTensorSpec | None], output_specs: Any) -> list[Mismatch]:
-    """Every reason the specs are not co-sharded under ``binding``; empty when they are."""
-    mismatches: list[Mismatch] = []
+def _output_spec(output_specs: Any) -> DTensorSpec | None:
+    specs = _output_specs(output_specs)
+    return specs[0] if specs else None
+
+
+def _members(binding: Binding, input_specs: Sequence[DTensorSpec | None], output_specs: Any) -> list[_Member]:
     members: list[_Member] = []
-    index_members: list[tuple[str, DTensorSpec]] = []
     for b in binding.args:
         spec = input_specs[b.spec_index] if b.spec_index < len(input_specs) else None
         if spec is None:
             continue
-        if b.arg.role is Role.INDEX:
-            index_members.append((b.label, spec))
-        else:
-            members.append(_Member(b.label, spec, b.dim_map, b.arg.partial, False))
-    out_spec = _output_spec(output_specs)
-    if out_spec is not None:
-        members.append(_Member(OUTPUT, out_spec, binding.out_dim_map, True, True))
+        members.append(_Member(b.label, spec, b.dim_map, b.arg, False))
+    out_maps = binding.out_dim_maps or (binding.out_dim_map,)
+    for i, spec in enumerate(_output_specs(output_specs)):
+        if spec is None or i >= len(out_maps) or out_maps[i] is None:
+            continue
+        members.append(_Member(binding.out_label(i), spec, out_maps[i], None, True))
+    return members
+
+
+def check(binding: Binding, input_specs: Sequence[DTensorSpec | None], output_specs: Any) -> list[Mismatch]:
+    """Every reason the specs are not co-sharded under ``binding``; empty when they are."""
+    members = _members(binding, input_specs, output_specs)
+    mismatches: list[Mismatch] = []
     if not members:
         return mismatches
     ndim = members[0].spec.mesh.ndim
-
     for m in range(ndim):
-        for label, spec in index_members:
-            p = spec.placements[m]
-            if not isinstance(p, Replicate):
-                mismatches.append(
-                    Mismatch(m, f"index tensor {label} is {fmt_placement(p)}; index tensors must be R", (label,))
-                )
-        shards: dict[str, tuple[int, int | None]] = {}  # label -> (logical dim, split factor)
-        partials: dict[str, str] = {}
-        for mem in members:
-            p = mem.spec.placements[m]
-            d = _shard_dim(p)
-            if d is not None:
-                logical = mem.logical(d)
-                if isinstance(logical, DimKind):
-                    mismatches.append(
-                        Mismatch(m, f"{mem.label} is {fmt_placement(p)} on its {logical.value} dim {d}", (mem.label,))
-                    )
-                    continue
-                shards[mem.label] = (logical, _split(p))
-            elif isinstance(p, Partial):
-                partials[mem.label] = p.reduce_op
-        if shards and partials:
-            mismatches.append(
-                Mismatch(
-                    m,
-                    f"{', '.join(partials)} Partial while {', '.join(shards)} Shard on the same mesh dim",
-                    tuple(partials) + tuple(shards),
-                )
-            )
-            continue
-        if shards:
-            targets = {v for v in shards.values()}
-            if len(targets) > 1:
-                desc = ", ".join(
-                    f"{label}->logical dim {ld}" + (f" split {sf}" if sf else "") for label, (ld, sf) in shards.items()
-                )
-                mismatches.append(Mismatch(m, f"members shard different logical dims ({desc})", tuple(shards)))
-                continue
-            (logical, _sf), = targets
-            for mem in members:
-                if mem.label in shards:
-                    continue
-                real = mem.real_dim_for(logical)
-                if real is not None:
-                    mismatches.append(
-                        Mismatch(
-                            m,
-                            f"{mem.label} is {fmt_placement(mem.spec.placements[m])} but has logical dim "
-                            f"{logical} (its dim {real}) that others shard",
-                            (mem.label,),
-                        )
-                    )
-            continue
-        if partials:
-            mismatches.extend(_check_partial(binding, members, partials, m))
+        mismatches.extend(_check_mesh_dim(binding, members, m))
     mismatches.extend(_check_shard_order(members, ndim))
     return mismatches
 
 
+def _check_mesh_dim(binding: Binding, members: list[_Member], m: int) -> list[Mismatch]:
+    out: list[Mismatch] = []
+    shards: dict[str, tuple[int, int | None]] = {}  # label -> (logical dim, split factor)
+    partials: dict[str, str] = {}
+    for mem in members:
+        p = mem.spec.placements[m]
+        d = _shard_dim(p)
+        if d is not None:
+            logical = mem.logical(d)
+            if isinstance(logical, DimKind):
+                who = f"index tensor {mem.label}" if mem.is_index else mem.label
+                out.append(Mismatch(m, f"{who} is {fmt_placement(p)} on its {logical.value} dim {d}", (mem.label,)))
+                continue
+            shards[mem.label] = (logical, _split(p))
+        elif isinstance(p, Partial):
+            partials[mem.label] = p.reduce_op
+    if out:
+        return out
+    input_partials = [mem.label for mem in members if not mem.is_output and mem.label in partials]
+    if shards and input_partials:
+        return [
+            Mismatch(
+                m,
+                f"{', '.join(input_partials)} Partial while {', '.join(shards)} Shard on the same mesh dim",
+                tuple(input_partials) + tuple(shards),
+            )
+        ]
+    if shards:
+        return _check_shards(members, shards, m)
+    if input_partials:
+        return _check_partial(binding, members, partials, m)
+    # every input Replicate: so is every output, and a replicated value is also a valid
+    # Partial(avg|max|min) (r(v, ..., v) = v), but not a Partial(sum|product)
+    return [
+        Mismatch(m, f"{mem.label} is P({partials[mem.label]}) but every input is Replicate: the replicated "
+                    "result would be reduced once per rank", (mem.label,))
+        for mem in members if mem.is_output and mem.label in partials and partials[mem.label] not in _IDEMPOTENT_OPS
+    ]
+
+
+def _check_shards(members: list[_Member], shards: dict[str, tuple[int, int | None]], m: int) -> list[Mismatch]:
+    targets = set(shards.values())
+    if len(targets) > 1:
+        desc = ", ".join(
+            f"{label}->logical dim {ld}" + (f" split {sf}" if sf else "") for label, (ld, sf) in shards.items()
+        )
+        return [Mismatch(m, f"members shard different logical dims ({desc})", tuple(shards))]
+    ((logical, _sf),) = targets
+    out: list[Mismatch] = []
+    if not any(not mem.is_output and mem.label in shards for mem in members):
+        return [Mismatch(m, f"{', '.join(shards)} shard logical dim {logical} but no input does", tuple(shards))]
+    for mem in members:
+        if mem.label in shards:
+            continue
+        real = mem.real_dim_for(logical)
+        p = mem.spec.placements[m]
+        if real is not None:
+            out.append(
+                Mismatch(
+                    m,
+                    f"{mem.label} is {fmt_placement(p)} but has logical dim {logical} (its dim {real}) that others shard",
+                    (mem.label,),
+                )
+            )
+        elif mem.is_output and not (isinstance(p, Partial) and p.reduce_op == Reduce.SUM.value):
+            out.append(
+                Mismatch(
+                    m,
+                    f"{mem.label} is {fmt_placement(p)} but the op sums over logical dim {logical}, which the "
+                    "inputs shard: it must be P(sum)",
+                    (mem.label,),
+                )
+            )
+    return out
+
+
+def _combo_matches(combo: PartialCombo, r: Reduce, inputs: list[_Member], partials: dict[str, str]) -> bool:
+    if r not in combo.reduce:
+        return False
+    partial_inputs = [mem for mem in inputs if mem.label in partials]
+    if any(mem.arg is None or mem.arg.name not in combo.args for mem in partial_inputs):
+        return False
+    if combo.take is Take.ONE:
+        return len(partial_inputs) == 1
+    if combo.take is Take.ANY:
+        return bool(partial_inputs)
+    # ALL: every listed argument is present as a tensor, and every element of it is Partial
+    present = {mem.arg.name for mem in inputs if mem.arg is not None}
+    if not set(combo.args) <= present:
+        return False
+    return all(mem.label in partials for mem in inputs if mem.arg is not None and mem.arg.name in combo.args)
+
+
 def _check_partial(binding: Binding, members: list[_Member], partials: dict[str, str], m: int) -> list[Mismatch]:
     rule = binding.rule
-    out: list[Mismatch] = []
-    labels = tuple(partials)
-    if not binding.partial_allowed:
-        why = (
-            f"{rule.partial_only_if.name}={rule.partial_only_if.required!r} is required"
-            if rule.partial_only_if is not None and rule.linearity is not Linearity.NONE
-            else "the op is not linear in its inputs"
-        )
-        return [Mismatch(m, f"{', '.join(labels)} Partial but {why}", labels)]
-    ops = set(partials.values())
-    if len(ops) > 1 or not ops <= LINEAR_REDUCE_OPS:
-        return [Mismatch(m, f"Partial reduce ops {sorted(ops)} are not one of sum/avg", labels)]
     inputs = [mem for mem in members if not mem.is_output]
-    output_partial = any(mem.is_output for mem in members if mem.label in partials)
-    partial_inputs = [mem for mem in inputs if mem.label in partials]
-    for mem in partial_inputs:
-        if not mem.partial_capable:
-            out.append(Mismatch(m, f"{mem.label} may never be Partial", (mem.label,)))
-    if not output_partial:
-        out.append(Mismatch(m, f"{', '.join(labels)} Partial but the output is not", labels))
-    if not partial_inputs:
-        out.append(Mismatch(m, "the output is Partial but no input is", (OUTPUT,)))
-        return out
-    capable = [mem for mem in inputs if mem.partial_capable]
-    if rule.linearity is Linearity.LINEAR:
-        missing = [mem.label for mem in capable if mem.label not in partials]
-        if missing:
-            out.append(Mismatch(m, f"linear op: {', '.join(missing)} must be Partial too", tuple(missing)))
-        if binding.scalar_operand:
-            out.append(Mismatch(m, "linear op with a scalar operand cannot take Partial inputs", labels))
-    elif rule.linearity is Linearity.MULTILINEAR and len(partial_inputs) > 1:
-        out.append(
-            Mismatch(m, f"multilinear op: only one of {', '.join(p.label for p in partial_inputs)} may be Partial", labels)
-        )
-    return out
+    outputs = [mem for mem in members if mem.is_output]
+    labels = tuple(mem.label for mem in inputs if mem.label in partials)
+    in_partial = list(labels)
+    bad = [mem.label for mem in inputs if mem.label in partials and (mem.is_index or not mem.arg.partial)]  # type: ignore[union-attr]
+    if bad:
+        return [Mismatch(m, f"{', '.join(bad)} may never be Partial", tuple(bad))]
+    if not binding.active_combos:
+        if rule.partial_only_if is not None and rule.combos:
+            why = f"{rule.partial_only_if.describe()} is required"
+        elif rule.combos:
+            why = "no Partial combination of the row applies to this call (" + "; ".join(
+                c.describe() for c in rule.combos) + ")"
+        else:
+            why = "the op is not linear in its inputs"
+        return [Mismatch(m, f"{', '.join(labels)} Partial but {why}", labels)]
+    ops = {partials[label] for label in in_partial}
+    if len(ops) > 1:
+        return [Mismatch(m, f"Partial reduce ops {sorted(ops)} differ", labels)]
+    (op,) = ops
+    try:
+        r = Reduce(op)
+    except ValueError:
+        return [Mismatch(m, f"Partial reduce op {op!r} is none of sum/avg/max/min/product", labels)]
+    matching = [c for c in binding.active_combos if _combo_matches(c, r, inputs, partials)]
+    allowed = "; ".join(c.describe() for c in binding.active_combos)
+    if not matching:
+        return [Mismatch(m, f"{', '.join(labels)} P({op}) is not a combination the row allows ({allowed})", labels)]
+    best: list[Mismatch] | None = None
+    for combo in matching:
+        expected = combo.output_for(r)
+        found: list[Mismatch] = []
+        for mem in outputs:
+            p = mem.spec.placements[m]
+            if expected is None:  # Replicate, or what equals it: P(avg|max|min) of equal values
+                if not (isinstance(p, Replicate) or (isinstance(p, Partial) and p.reduce_op in _IDEMPOTENT_OPS)):
+                    found.append(Mismatch(m, f"{', '.join(labels)} P({op}) make {mem.label} Replicate, "
+                                             f"but it is {fmt_placement(p)}", (mem.label,)))
+            elif not (isinstance(p, Partial) and p.reduce_op == expected.value):
+                found.append(Mismatch(m, f"{', '.join(labels)} P({op}) make {mem.label} P({expected.value}), "
+                                         f"but it is {fmt_placement(p)}", (mem.label,)))
+        if not found:
+            return []
+        if best is None:
+            best = found
+    return best or []
 
 
 def _check_shard_order(members: list[_Member], ndim: int) -> list[Mismatch]:
@@ -545,10 +702,51 @@ def _check_shard_order(members: list[_Member], ndim: int) -> list[Mismatch]:
 # Repair targets (used by the explicit formulation)
 
 
+def _column_candidates(binding: Binding, out_spec: DTensorSpec, m: int,
+                       current: Sequence[DTensorSpec | None]) -> list[dict[int, Placement]]:
+    """Input placements on mesh dim ``m`` that could fit the output's placement there."""
+    p = out_spec.placements[m]
+    out_map = binding.out_dim_map
+    candidates: list[dict[int, Placement]] = []
+
+    def column(logical: int | None) -> dict[int, Placement]:
+        col: dict[int, Placement] = {}
+        for b in binding.args:
+            real = None if logical is None else next((d for d, e in enumerate(b.dim_map) if e == logical), None)
+            if real is None:
+                col[b.spec_index] = Replicate()
+            elif isinstance(p, _StridedShard):
+                col[b.spec_index] = _StridedShard(real, split_factor=p.split_factor)
+            else:
+                col[b.spec_index] = Shard(real)
+        return col
+
+    d = _shard_dim(p)
+    if d is not None:
+        logical = out_map[d] if d < len(out_map) else DimKind.BROADCAST
+        if isinstance(logical, DimKind):
+            return []
+        return [column(logical)]
+    if isinstance(p, Partial):
+        # What the strategy already has; its Partial inputs kept and the rest Replicate; then
+        # every dim the op sums over, sharded by the inputs that have it. Only transitions into
+        # Shard or Replicate are proposed, never into Partial.
+        present = [b for b in binding.args if current[b.spec_index] is not None]
+        candidates.append({b.spec_index: current[b.spec_index].placements[m] for b in present})  # type: ignore[union-attr]
+        kept = {b.spec_index: current[b.spec_index].placements[m] for b in present}  # type: ignore[union-attr]
+        candidates.append({i: q if isinstance(q, Partial) else Replicate() for i, q in kept.items()})
+        if p.reduce_op == Reduce.SUM.value:
+            summed = {e for b in binding.args for e in b.dim_map if isinstance(e, int)} - {
+                e for e in out_map if isinstance(e, int)}
+            candidates.extend(column(logical) for logical in sorted(summed))
+        return candidates
+    return [column(None)]
+
+
 def repair_targets(
     binding: Binding, input_specs: Sequence[DTensorSpec | None], output_specs: Any
 ) -> dict[int, DTensorSpec] | None:
-    """Input specs that would make this strategy co-sharded, anchored on its output spec.
+    """Input specs that would make this strategy co-sharded, anchored on its output specs.
 
     Returns ``{spec_index: target_spec}`` for the inputs that must change (possibly empty), or
     None when no redistribution of the inputs alone can make it co-sharded (e.g. the output
@@ -560,35 +758,35 @@ def repair_targets(
     if out_spec is None:
         return None
     ndim = out_spec.mesh.ndim
-    changes: dict[int, DTensorSpec] = {}
     new_specs = list(input_specs)
-    for b in binding.args:
-        spec = input_specs[b.spec_index]
-        if spec is None:
-            continue
-        placements: list[Placement] = []
-        for m in range(ndim):
-            p = out_spec.placements[m]
-            current = spec.placements[m]
-            if b.arg.role is Role.INDEX:
-                placements.append(Replicate())
-            elif isinstance(p, (Shard, _StridedShard)):
-                real = next((d for d, e in enumerate(b.dim_map) if e == p.dim), None)
-                if real is None:
-                    placements.append(Replicate())
-                elif isinstance(p, _StridedShard):
-                    placements.append(_StridedShard(real, split_factor=p.split_factor))
-                else:
-                    placements.append(Shard(real))
-            elif isinstance(p, Partial):
-                # keep whatever Partial combination the inputs already carry; check() decides
-                placements.append(current if isinstance(current, (Partial, Replicate)) else Replicate())
-            else:
-                placements.append(Replicate())
-        if tuple(placements) != tuple(spec.placements):
-            target = DTensorSpec(spec.mesh, tuple(placements), tensor_meta=spec.tensor_meta)
-            changes[b.spec_index] = target
-            new_specs[b.spec_index] = target
+    placements: dict[int, list[Placement]] = {
+        b.spec_index: list(input_specs[b.spec_index].placements) for b in binding.args
+        if input_specs[b.spec_index] is not None
+    }
+
+    def rebuilt() -> list[DTensorSpec | None]:
+        specs = list(input_specs)
+        for i, pl in placements.items():
+            spec = input_specs[i]
+            if tuple(pl) != tuple(spec.placements):  # type: ignore[union-attr]
+                specs[i] = DTensorSpec(spec.mesh, tuple(pl), tensor_meta=spec.tensor_meta)  # type: ignore[union-attr]
+        return specs
+
+    for m in range(ndim):
+        chosen = False
+        for col in _column_candidates(binding, out_spec, m, input_specs):
+            saved = {i: pl[m] for i, pl in placements.items()}
+            for i, p in col.items():
+                if i in placements:
+                    placements[i][m] = p
+            if not [x for x in check(binding, rebuilt(), output_specs) if x.mesh_dim == m]:
+                chosen = True
+                break
+            for i, p in saved.items():
+                placements[i][m] = p
+        if not chosen:
+            return None
+    new_specs = rebuilt()
     if check(binding, new_specs, output_specs):
         return None
-    return changes
+    return {i: new_specs[i] for i in placements if new_specs[i] is not input_specs[i]}  # type: ignore[misc]

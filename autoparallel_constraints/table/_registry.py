@@ -4,25 +4,28 @@ from __future__ import annotations
 
 import difflib
 import logging
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
 import torch
 
 from ..errors import InvalidRowError, UnknownOpError
-from ._model import Alignment, ArgSpec, Linearity, OpRule, Role
+from ._model import Alignment, ArgSpec, Flag, Linearity, OpRule, PartialCombo, Reduce, Role, Take
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["OpSelector", "Table", "default_table"]
 
 OpSelector = str | torch._ops.OpOverload | torch._ops.OpOverloadPacket
+_T = TypeVar("_T")
 
 
 class Table:
     """A set of :class:`OpRule` rows, one per op overload.
 
-    Registering a second row for the same overload raises unless ``override=True``.
+    Rows are validated when registered (:func:`validate_row`); registering a second row for the
+    same overload raises unless ``override=True``; a lookup that fails lists close names. Add rows
+    with :meth:`register` or the :meth:`rule` decorator.
     """
 
     def __init__(self, rows: Iterable[OpRule] = ()) -> None:
@@ -43,6 +46,25 @@ class Table:
             logger.info("overriding table row %s", row.name)
         self._rows[row.op] = row
         return row
+
+    def rule(self, *args: ArgSpec, family: str = "user", override: bool = False, **fields: Any) -> Callable[[_T], _T]:
+        """Decorator form of :meth:`register`, for a custom op defined in Python::
+
+            @table.rule(ArgSpec("x", 0), ArgSpec("y", 1),
+                        partials=(PartialCombo(("x", "y"), SUM_AVG, why="linear in both"),))
+            @torch.library.custom_op("mylib::fused_add", mutates_args=())
+            def fused_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor: ...
+
+        The decorated object may be an OpOverload, an OpOverloadPacket (its ``default``
+        overload) or a ``torch.library.custom_op``; it is returned unchanged. ``fields`` are the
+        other :class:`OpRule` fields (``alignment``, ``partials``, ``note``, ...).
+        """
+
+        def deco(target: _T) -> _T:
+            self.register(OpRule(_overload_of(target), family, tuple(args), **fields), override=override)
+            return target
+
+        return deco
 
     def unregister(self, op: torch._ops.OpOverload) -> OpRule:
         try:
@@ -65,6 +87,16 @@ class Table:
 
     def get(self, op: Any) -> OpRule | None:
         return self._rows.get(op)
+
+    def __getitem__(self, op: OpSelector) -> OpRule:
+        """The row of one overload (or of the packet's only row); UnknownOpError lists close names."""
+        rows = self._match(op)
+        if len(rows) != 1:
+            if rows:
+                raise UnknownOpError(f"{op!s} names {len(rows)} rows ({', '.join(r.name for r in rows)}); "
+                                     "use an overload such as torch.ops.aten.add.Tensor or Table.select")
+            raise UnknownOpError(self._unknown_message(op))
+        return rows[0]
 
     def names(self) -> list[str]:
         """Every name a selector may use: overloads, packets and families."""
@@ -122,13 +154,44 @@ def _packet_name(op: torch._ops.OpOverload) -> str:
     return op.overloadpacket.__name__
 
 
+def _overload_of(target: Any) -> torch._ops.OpOverload:
+    if isinstance(target, torch._ops.OpOverload):
+        return target
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        return target.default
+    overload = getattr(target, "_opoverload", None)  # torch.library.custom_op's CustomOpDef
+    if isinstance(overload, torch._ops.OpOverload):
+        return overload
+    raise InvalidRowError(
+        f"cannot register a row on {target!r}: decorate an OpOverload, an OpOverloadPacket or a "
+        "torch.library.custom_op"
+    )
+
+
+def _check_flag(where: str, flag: Flag, schema: Any, what: str) -> None:
+    if not isinstance(flag, Flag):
+        raise InvalidRowError(f"{where}: {what} must be a Flag, got {type(flag).__name__}")
+    if flag.position >= len(schema.arguments) or schema.arguments[flag.position].name != flag.name:
+        raise InvalidRowError(f"{where}: {what} {flag.name!r} is not argument {flag.position} of {schema}")
+
+
 def validate_row(row: OpRule) -> None:
-    """Raise :class:`InvalidRowError` unless the row is consistent with its op's schema."""
+    """Raise :class:`InvalidRowError` unless the row is consistent with its op's schema.
+
+    Checked: argument positions, names and tensor types against the schema; roles (index tensors
+    are never Partial); the arguments and non-tensor parameters the alignment reads; every
+    Partial combination (named arguments exist, are Partial-capable, reduce ops and output map
+    well formed, flags are schema arguments); the einsum equation; ``whole_dims_arg``.
+    """
+    from ._binders import READS, REQUIRED_ARGS
+
     where = f"row {getattr(row, 'op', '?')}"
     if not isinstance(row, OpRule):
         raise InvalidRowError(f"expected an OpRule, got {type(row).__name__}")
     if not isinstance(row.op, torch._ops.OpOverload):
         raise InvalidRowError(f"{where}: op must be an OpOverload such as torch.ops.aten.add.Tensor")
+    if not isinstance(row.alignment, Alignment):
+        raise InvalidRowError(f"{where}: alignment must be an Alignment, got {row.alignment!r}")
     schema = row.op._schema
     positions = [a.position for a in row.args]
     if len(set(positions)) != len(positions):
@@ -149,24 +212,88 @@ def validate_row(row: OpRule) -> None:
                 f"{where}: argument {a.name!r} is position {a.position} = {schema_arg.name}: {type_text}, "
                 "not a tensor argument of the schema"
             )
+        if schema_arg.kwarg_only:
+            raise InvalidRowError(
+                f"{where}: argument {a.name!r} is keyword-only in {schema}; autoparallel gives input specs only "
+                "to positional tensor arguments"
+            )
         if a.role is Role.INDEX and a.partial:
             raise InvalidRowError(f"{where}: index argument {a.name!r} cannot be Partial-capable")
     aligned = [a for a in row.args if a.role is Role.ALIGNED]
     if not aligned:
         raise InvalidRowError(f"{where}: a row needs at least one ALIGNED argument")
-    if row.alignment is Alignment.INDEX_PUT:
-        if {"self", "values"} - set(names):
-            raise InvalidRowError(f"{where}: INDEX_PUT alignment needs arguments named 'self' and 'values'")
-        if not any(a.role is Role.INDEX for a in row.args):
-            raise InvalidRowError(f"{where}: INDEX_PUT alignment needs an INDEX argument")
-    if row.linearity is Linearity.NONE and row.partial_only_if is not None:
+    required, index_args = REQUIRED_ARGS[row.alignment]
+    missing = [n for n in required if n not in names]
+    if missing:
+        raise InvalidRowError(
+            f"{where}: {row.alignment.name} alignment reads argument(s) {', '.join(map(repr, missing))}; "
+            f"the row has {', '.join(map(repr, names))}"
+        )
+    for n in index_args:
+        spec = next(a for a in row.args if a.name == n)
+        if spec.role is not Role.INDEX:
+            raise InvalidRowError(f"{where}: {row.alignment.name} alignment needs {n!r} with role=Role.INDEX")
+    schema_names = {a.name for a in schema.arguments}
+    for param in READS.get(row.alignment, ()):
+        if param not in schema_names:
+            raise InvalidRowError(f"{where}: {row.alignment.name} alignment reads argument {param!r}, which "
+                                  f"{schema} lacks")
+    if row.alignment is Alignment.EINSUM:
+        _check_equation(where, row, schema_names)
+    elif row.equation:
+        raise InvalidRowError(f"{where}: equation is only read by EINSUM rows")
+    if row.whole_dims_arg:
+        if row.alignment is not Alignment.BROADCAST:
+            raise InvalidRowError(f"{where}: whole_dims_arg is only read by BROADCAST rows")
+        arg = next((a for a in schema.arguments if a.name == row.whole_dims_arg), None)
+        if arg is None or "int" not in str(arg.type):
+            raise InvalidRowError(f"{where}: whole_dims_arg {row.whole_dims_arg!r} is not an int argument of {schema}")
+    if row.linearity is Linearity.NONE and row.partial_only_if is not None and row.partials is None:
         raise InvalidRowError(f"{where}: partial_only_if makes no sense with Linearity.NONE")
+    if row.partials is not None and row.linearity is not Linearity.NONE:
+        raise InvalidRowError(f"{where}: give either partials or linearity, not both")
     if row.linearity is not Linearity.NONE and not any(a.partial for a in aligned):
         raise InvalidRowError(f"{where}: Linearity.{row.linearity.name} but no argument is Partial-capable")
     if row.partial_only_if is not None:
-        flag = row.partial_only_if
-        if flag.position >= len(schema.arguments) or schema.arguments[flag.position].name != flag.name:
-            raise InvalidRowError(f"{where}: flag {flag.name!r} is not argument {flag.position} of {schema}")
+        _check_flag(where, row.partial_only_if, schema, "flag")
+    by_name = {a.name: a for a in row.args}
+    for combo in row.combos:
+        if not isinstance(combo, PartialCombo):
+            raise InvalidRowError(f"{where}: partials must be PartialCombo entries, got {type(combo).__name__}")
+        if not combo.args or not combo.reduce:
+            raise InvalidRowError(f"{where}: Partial combination {combo.describe()} names no argument or reduce op")
+        for n in combo.args:
+            spec = by_name.get(n)
+            if spec is None:
+                raise InvalidRowError(f"{where}: Partial combination names {n!r}, which is not an argument of "
+                                      f"the row ({', '.join(names)})")
+            if spec.role is not Role.ALIGNED or not spec.partial:
+                raise InvalidRowError(f"{where}: Partial combination names {n!r}, which may never be Partial")
+        if not all(isinstance(r, Reduce) for r in combo.reduce):
+            raise InvalidRowError(f"{where}: reduce ops must be Reduce members, got {combo.reduce!r}")
+        if combo.out and len(combo.out) != len(combo.reduce):
+            raise InvalidRowError(f"{where}: Partial combination out {combo.out!r} must give one entry per reduce "
+                                  f"op {combo.reduce!r}")
+        if not isinstance(combo.take, Take):
+            raise InvalidRowError(f"{where}: Partial combination take must be a Take, got {combo.take!r}")
+        if combo.only_if is not None:
+            _check_flag(where, combo.only_if, schema, "Partial combination flag")
+
+
+def _check_equation(where: str, row: OpRule, schema_names: set[str]) -> None:
+    if not row.equation:
+        if "equation" not in schema_names:
+            raise InvalidRowError(f"{where}: an EINSUM row needs equation=... (the op has no 'equation' argument)")
+        return
+    lhs, arrow, rhs = row.equation.replace(" ", "").partition("->")
+    operands = lhs.split(",")
+    if len(operands) != len(row.args):
+        raise InvalidRowError(f"{where}: equation {row.equation!r} has {len(operands)} operands but the row "
+                              f"{len(row.args)} arguments")
+    for spec in [*operands, rhs]:
+        letters = spec.replace("...", "")
+        if not all(c.isalpha() for c in letters) or len(set(letters)) != len(letters):
+            raise InvalidRowError(f"{where}: equation {row.equation!r}: each operand needs distinct letters")
 
 
 _DEFAULT: Table | None = None

@@ -1,0 +1,165 @@
+"""Guards the solver choice: CBC and HiGHS per call (``add_op_constraints(solver=...)`` and
+``use_solver`` for a plain AutoParallel) give the same plan and objective; HiGHS's values reach
+autoparallel as exact binaries; bad choices and a missing ``highspy`` raise package errors that
+say the fix and leave the problem untouched; a time limit has a clear outcome — no plan: an error,
+a plan not proven optimal: kept, with a warning and the outcome recorded."""
+
+from __future__ import annotations
+
+import random
+import types
+import warnings
+
+import pulp
+import pytest
+import torch
+from autoparallel.api import AutoParallel
+from torch import nn
+
+import autoparallel_constraints as apc
+from autoparallel_constraints import _solvers
+from autoparallel_constraints._lab import run_seed
+from autoparallel_constraints._report import constraint_report
+from autoparallel_constraints._solvers import SolverConfig, SolverTimeLimitWarning, install, use_solver
+from autoparallel_constraints.models import SeedConfig
+from autoparallel_constraints.testing import fresh_strategy_cache
+
+SMALL = SeedConfig(num_heads=10, head_dim=16, batch=8, seq=16)
+
+
+class AddMul(nn.Module):
+    """Linear, then broadcasting add and mul (two pointwise table ops)."""
+
+    def __init__(self, dim: int = 16) -> None:
+        super().__init__()
+        self.fc = nn.Linear(dim, dim, bias=False)
+        self.scale = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (self.fc(x) + x) * self.scale
+
+
+def _autop(mesh):
+    with torch.device("meta"):
+        model = AddMul()
+    return AutoParallel(model, lambda: torch.randn(8, 4, 16), mesh)
+
+
+def _fingerprint(opt):
+    return (tuple(opt.prob.constraints), len(opt.prob.variables()), str(opt.prob.objective))
+
+
+def test_highs_and_cbc_give_the_same_plan(make_mesh):
+    """Seed block (small), 2x4: autoparallel alone with CBC, alone with HiGHS (use_solver) and lazy
+    with HiGHS reach the same objective and a clean audit; HiGHS's variable values are exact 0/1,
+    and the report names the solver that ran."""
+    mesh = make_mesh((2, 4))
+    cbc, _ = run_seed(None, mesh, config=SMALL)
+    seen = {}
+
+    def check_values(autop):
+        values = {v.varValue for v in autop.sharding_optimizer.pulp_variables.values()}
+        seen["values"] = values
+        seen["report"] = constraint_report(autop)
+        seen["hook"] = getattr(autop.sharding_optimizer, "_apc_solver", None)
+
+    with fresh_strategy_cache():
+        alone, report = run_seed(None, mesh, config=SMALL, solver="highs", after_apply=check_values)
+    assert report.ok and alone.objective == pytest.approx(cbc.objective, rel=1e-9)
+    assert seen["values"] <= {0.0, 1.0}
+    (outcome,) = seen["hook"].outcomes
+    assert outcome.solver == "highs" and outcome.optimal and outcome.status == "Optimal"
+    with fresh_strategy_cache():
+        lazy, report = run_seed("lazy", mesh, config=SMALL, solver="highs", after_apply=check_values)
+    assert report.ok and lazy.objective == pytest.approx(cbc.objective, rel=1e-9)
+    assert seen["report"].solver == "highs" and seen["report"].solves[0].solver == "highs"
+    assert alone.solver == lazy.solver == "highs" and cbc.solver == "cbc"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"solver": "higs"}, apc.InvalidOptionError, "Did you mean 'highs'"),
+        ({"solver": 3}, apc.InvalidOptionError, "solver must be one of"),
+        ({"time_limit": 0}, apc.InvalidOptionError, "time_limit must be a positive number"),
+        ({"time_limit": "10"}, apc.InvalidOptionError, "time_limit must be a positive number"),
+    ],
+)
+def test_bad_solver_choices_raise_and_leave_problem_unchanged(make_mesh, kwargs, error, match):
+    """A wrong solver or time limit raises a package error naming the fix; the ILP is as before."""
+    with _autop(make_mesh((2,))) as autop:
+        before = _fingerprint(autop.sharding_optimizer)
+        with pytest.raises(error, match=match):
+            autop.add_op_constraints(formulation="strict", **kwargs)
+        assert _fingerprint(autop.sharding_optimizer) == before
+        assert getattr(autop, "_apc_state", None) is None
+
+
+def test_missing_highspy_says_how_to_install(make_mesh, monkeypatch):
+    """Without highspy, solver='highs' raises SolverUnavailableError with the extra's install line."""
+    monkeypatch.setattr(_solvers, "highs_available", lambda: False)
+    with _autop(make_mesh((2,))) as autop:
+        before = _fingerprint(autop.sharding_optimizer)
+        with pytest.raises(apc.ConstraintsError, match=r"autoparallel-constraints\[highs\]") as info:
+            autop.add_op_constraints(formulation="lazy", solver="highs")
+        assert isinstance(info.value, apc.errors.SolverUnavailableError)
+        assert _fingerprint(autop.sharding_optimizer) == before
+
+
+def test_use_solver_outside_the_context_says_where_to_call_it(make_mesh):
+    """use_solver on an AutoParallel that was not entered raises PluginStateError with the fix."""
+    with pytest.raises(apc.PluginStateError, match="inside `with AutoParallel"):
+        use_solver(_autop(make_mesh((2,))), "highs")
+
+
+def market_split(m: int = 5, n: int = 40, seed: int = 7, elastic: bool = False) -> tuple[pulp.LpProblem, dict]:
+    """A market-split instance (Cornuéjols–Dawande): Σ_j a_ij x_j = ⌊Σ_j a_ij / 2⌋, x binary.
+
+    Notoriously hard: no solver proves anything about it in a fraction of a second. ``elastic``
+    adds slack so the zero plan is feasible and the objective is the total slack.
+    """
+    rng = random.Random(seed)
+    prob = pulp.LpProblem("market_split", pulp.LpMinimize)
+    x = {j: pulp.LpVariable(f"x_{j}", cat=pulp.LpBinary) for j in range(n)}
+    slack = []
+    for i in range(m):
+        a = [rng.randint(0, 99) for _ in range(n)]
+        expr = pulp.lpSum(a[j] * x[j] for j in range(n))
+        if elastic:
+            up, down = pulp.LpVariable(f"up_{i}", lowBound=0), pulp.LpVariable(f"down_{i}", lowBound=0)
+            expr = expr + up - down
+            slack += [up, down]
+        prob += (expr == sum(a) // 2, f"split_{i}")
+    prob += pulp.lpSum(slack) if slack else pulp.lpSum(x.values()) * 0
+    return prob, x
+
+
+@pytest.mark.parametrize("solver", ["cbc", "highs"])
+def test_time_limit_without_a_plan_raises(solver):
+    """The solver stops at the limit with no feasible plan: SolverTimeLimitError names the solver,
+    the limit and what to do; the outcome is recorded as 'time limit hit: no feasible plan'."""
+    prob, x = market_split()
+    opt = types.SimpleNamespace(prob=prob, pulp_variables={j: v for j, v in x.items()})
+    hook = install(opt, SolverConfig(name=solver, time_limit=0.5))
+    with pytest.raises(apc.errors.SolverTimeLimitError, match=rf"{solver} found no feasible plan within the time limit of 0.5s"):
+        prob.solve(pulp.PULP_CBC_CMD(msg=False))  # autoparallel's call: the hook swaps the solver
+    (outcome,) = hook.outcomes
+    assert outcome.hit_time_limit and not outcome.feasible and outcome.solver == solver
+    assert "time limit hit: no feasible plan" in outcome.describe()
+
+
+@pytest.mark.parametrize("solver", ["cbc", "highs"])
+def test_time_limit_with_a_plan_keeps_it_and_warns(solver):
+    """The solver stops at the limit holding a feasible, unproven plan: it is kept (values set, a
+    status autoparallel accepts), SolverTimeLimitWarning says so, and the outcome records it."""
+    prob, x = market_split(elastic=True)
+    opt = types.SimpleNamespace(prob=prob, pulp_variables={j: v for j, v in x.items()})
+    hook = install(opt, SolverConfig(name=solver, time_limit=0.5))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        status = prob.solve()
+    (outcome,) = hook.outcomes
+    assert outcome.hit_time_limit and outcome.feasible and not outcome.optimal
+    assert status == pulp.LpStatusOptimal  # what autoparallel checks (not -1): the plan is used
+    assert all(v.varValue in (0.0, 1.0) for v in x.values())
+    assert any(issubclass(w.category, SolverTimeLimitWarning) and "not proven optimal" in str(w.message) for w in caught)
