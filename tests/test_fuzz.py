@@ -33,11 +33,14 @@ def model_specs(draw: st.DrawFn) -> ModelSpec:
     pins = tuple(draw(st.sampled_from(["R", "S0", "S1"])) for _ in mesh)
     batch, seq = draw(st.sampled_from([2, 4, 6])), draw(st.sampled_from([2, 4, 5]))
     for dim, size in ((0, batch), (1, seq)):
-        # autoparallel drops strategies with empty shards, so such a pin has no strategy to match
+        # Pins shard evenly: autoparallel drops strategies with empty shards (no strategy matches
+        # such a pin), and its dynamic-shape apply localizes view/reshape sizes with a ceil
+        # division for every rank, so a pinned uneven dim that is reshaped fails inside
+        # autoparallel (found by this fuzzer; upstream, see README "Known upstream limits").
         ways = 1
         for m, p in zip(mesh, pins):
             ways *= m if p == f"S{dim}" else 1
-        assume(ways <= size)
+        assume(size % ways == 0)
     return ModelSpec(
         batch=batch,
         seq=seq,
