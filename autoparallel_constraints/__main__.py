@@ -18,18 +18,9 @@ from dataclasses import asdict
 
 from ._coverage import add_subcommands as add_coverage_subcommands
 from ._lab import add_compare_subcommand
+from ._cli import parse_mesh
 
 logger = logging.getLogger("autoparallel_constraints.cli")
-
-
-def _parse_mesh(text: str) -> tuple[int, ...]:
-    try:
-        shape = tuple(int(x) for x in text.lower().split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"mesh must look like 2x4, got {text!r}") from None
-    if not shape or any(s < 1 for s in shape):
-        raise argparse.ArgumentTypeError(f"mesh must look like 2x4, got {text!r}")
-    return shape
 
 
 def demo(args: argparse.Namespace) -> int:
@@ -76,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("demo", help="seed block: baseline vs each formulation")
-    p.add_argument("--mesh", type=_parse_mesh, default=(2, 4), help="mesh shape, e.g. 2x4 (default)")
+    p.add_argument("--mesh", type=parse_mesh, default=(2, 4), help="mesh shape, e.g. 2x4 (default)")
     p.add_argument("--formulations", default=None, help="comma list, default: none and every formulation")
     p.add_argument("--device-name", default="H100", help="GPU whose limits the cost model uses (CPU run)")
     p.add_argument("--repeat", type=int, default=1, help="runs per formulation; the fastest is shown")

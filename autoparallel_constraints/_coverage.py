@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ._cli import parse_mesh
 from ._placements import fmt_spec
 from .table import OpRule, Table, bind, check, default_table
 
@@ -435,16 +436,6 @@ def _evaluate_strategy(run: Any, mesh_shape: Sequence[int], strategy: Any) -> st
 # Command line
 
 
-def _parse_mesh(text: str) -> tuple[int, ...]:
-    try:
-        shape = tuple(int(x) for x in text.lower().split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"mesh must look like 2x4, got {text!r}") from None
-    if not shape or any(s < 1 for s in shape):
-        raise argparse.ArgumentTypeError(f"mesh must look like 2x4, got {text!r}")
-    return shape
-
-
 def _coverage_cmd(args: argparse.Namespace) -> int:
     models = sorted(MODELS) if args.model == "all" else [args.model]
     reports = []
@@ -470,12 +461,12 @@ def add_subcommands(subparsers: Any) -> None:
     p = subparsers.add_parser("coverage", help="ops with >=2 tensor inputs in a model's joint graph, and their rows",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", choices=[*sorted(MODELS), "all"], help="model to trace (built locally)")
-    p.add_argument("--mesh", type=_parse_mesh, default=(2, 2), help="mesh shape, e.g. 2x2 (default)")
+    p.add_argument("--mesh", type=parse_mesh, default=(2, 2), help="mesh shape, e.g. 2x2 (default)")
     p.add_argument("--json", default=None, help="also write the report as JSON to this file")
     p.set_defaults(func=_coverage_cmd)
     p = subparsers.add_parser("crosscheck", help="upstream DTensor/autoparallel strategies the table rejects",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--mesh", type=_parse_mesh, default=(2, 2), help="mesh shape, e.g. 2x2 (default)")
+    p.add_argument("--mesh", type=parse_mesh, default=(2, 2), help="mesh shape, e.g. 2x2 (default)")
     p.add_argument("--rows", default=None, help="comma list of table selectors (default: every row)")
     p.add_argument("--model", choices=sorted(MODELS), default=None,
                    help="take the calls from this model's joint graph instead of sampled calls (no numerics)")

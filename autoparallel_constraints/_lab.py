@@ -34,6 +34,7 @@ from typing import Any, TextIO
 import torch
 from torch.distributed.tensor.placement_types import Placement, Replicate, Shard
 
+from ._cli import parse_mesh
 from ._audit import AuditReport, audit
 from .errors import InvalidOptionError
 from .models import SEED_CONFIG, SeedBlock, SeedConfig
@@ -652,16 +653,6 @@ def draw_png(result: CompareResult, path: str) -> None:
     plt.close(fig)
 
 
-def _parse_mesh(text: str) -> tuple[int, ...]:
-    try:
-        shape = tuple(int(x) for x in text.lower().split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"mesh must look like 2x4, got {text!r}") from None
-    if not shape or any(s < 1 for s in shape):
-        raise argparse.ArgumentTypeError(f"mesh must look like 2x4, got {text!r}")
-    return shape
-
-
 def _compare_command(args: argparse.Namespace) -> int:
     result = compare(
         args.model,
@@ -698,7 +689,7 @@ def add_compare_subcommand(subparsers: Any) -> argparse.ArgumentParser:
         ),
     )
     p.add_argument("--model", choices=sorted(LAB_MODELS), default="seed")
-    p.add_argument("--mesh", type=_parse_mesh, default=(2, 4), help="mesh shape, e.g. 2x4 (default) or 8x8")
+    p.add_argument("--mesh", type=parse_mesh, default=(2, 4), help="mesh shape, e.g. 2x4 (default) or 8x8")
     p.add_argument("--formulations", default="none,strict,explicit,soft,lazy", help="comma list; 'none' = autoparallel alone")
     p.add_argument("--solvers", default="cbc,highs", help="comma list of cbc, highs")
     p.add_argument("--size", choices=SIZES, default="full", help="model size: full (default) or tiny (seconds, for tests)")
