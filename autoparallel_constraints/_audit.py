@@ -13,7 +13,10 @@ and reports
 * ``edge_diverges`` — an edge whose delivered placement differs from the planned one (e.g. a
   planned Partial turned Replicate, upstream PR #517);
 * ``shape_mismatch`` — a table op whose local input shapes in the parallel graph differ from
-  the shapes its planned placements imply.
+  the shapes its planned placements imply;
+* ``size_mismatch`` — a shape argument autoparallel localizes by rule that the plan breaks: a
+  size read from one tensor's local shard used for a tensor sharded differently, or a concrete
+  size split unevenly (see ``_sizes``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import torch
 
 from ._apply import NODE_TAG, OP_TAG, ApplyRecord, EdgeRecord, PlannedRedistribute, op_family
 from ._placements import fmt_spec, local_shape
+from ._sizes import find_size_couplings, is_dynamic, size_mismatches
 from .errors import AuditError
 from .table import Table, bind, check, default_table
 
@@ -33,7 +37,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["ArgAudit", "AuditReport", "Violation", "audit"]
 
-KINDS = ("not_cosharded", "edge_diverges", "shape_mismatch")
+KINDS = ("not_cosharded", "edge_diverges", "shape_mismatch", "size_mismatch")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -85,6 +89,7 @@ class AuditReport:
     table_nodes: int
     edges: int
     repaired_nodes: tuple[str, ...] = field(default=())  # plan broke a row, the plugin's nodes fixed it
+    size_couplings: int = 0  # symbolic sizes checked (dynamic=True graphs)
 
     @property
     def ok(self) -> bool:
@@ -103,7 +108,8 @@ class AuditReport:
     def __str__(self) -> str:
         lines = [
             f"audit: {self.verdict} ({self.table_nodes} table ops, {self.edges} edges checked, "
-            f"{len(self.redistributes)} plugin redistributes)"
+            + (f"{self.size_couplings} size couplings, " if self.size_couplings else "")
+            + f"{len(self.redistributes)} plugin redistributes)"
         ]
         lines += [str(v) for v in self.violations]
         if self.redistributes:
@@ -261,12 +267,20 @@ def audit(autop: Any, *, table: Table | None = None) -> AuditReport:
                     ),
                 )
             )
+    mesh_shape = tuple(autop.mesh.shape)
+    couplings = find_size_couplings(gm.graph, lambda n: n in placement, mesh_shape, dynamic=is_dynamic(gm))
+    spec_of = lambda n: placement[n].output_specs if n in placement else None  # noqa: E731
+    for coupling, why in size_mismatches(couplings, spec_of, mesh_shape):
+        violations.append(
+            Violation(kind="size_mismatch", node=coupling.consumer.name, op=str(coupling.consumer.target), rule=None, reasons=(why,))
+        )
     report = AuditReport(
         violations=tuple(violations),
         redistributes=tuple(record.redistributes),
         table_nodes=n_table,
         edges=len(record.edges),
         repaired_nodes=tuple(repaired),
+        size_couplings=len(couplings),
     )
     logger.info("apc audit: %s", report.verdict)
     return report

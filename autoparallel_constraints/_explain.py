@@ -103,7 +103,8 @@ def _describe_rule(opt: ShardingOptimizer, state: PluginState, name: str) -> str
     root = state.additions.owners.get(name)
     sites = [s for s in state.sites if s.root_idx == root]
     if not sites:
-        return f"  {name}"
+        note = state.additions.notes.get(name)
+        return f"  {name}" + (f": {note}" if note else "")
     nodes = ", ".join(s.orig.name for s in sites)
     return f"  {name} at {nodes}: rule {sites[0].rule.describe()}"
 

@@ -23,6 +23,7 @@ from ._apply import PlannedRedistribute
 from ._cache_guard import check_strategies
 from ._problem import Site, find_sites, strategy_index
 from ._report import ConstraintReport, LazyRound, build_report, emit
+from ._sizes import build_size_constraints, find_size_couplings, is_dynamic
 from .errors import ConstraintsError, InvalidOptionError, PluginStateError
 from .formulations import Additions, Formulation, Namer, make_formulation
 from .table import OpRule, Table, default_table
@@ -50,6 +51,7 @@ class AddedConstraints:
     rows: tuple[str, ...]  # table rows in force
     nodes: tuple[str, ...]  # matched joint-graph nodes (every repeated layer)
     constrained_nodes: tuple[str, ...]  # matched nodes with at least one non-co-sharded strategy
+    size_couplings: tuple[str, ...]  # "<node> dim <i> = <size expression>", see _sizes
     constraints: dict[str, int]  # family -> count
     variables: dict[str, int]
     constraint_names: tuple[str, ...]
@@ -68,7 +70,8 @@ class AddedConstraints:
         fam = ", ".join(f"{k}={v}" for k, v in {**self.constraints, **self.variables}.items()) or "nothing"
         return (
             f"{self.formulation}: {len(self.nodes)} table nodes matched, {len(self.constrained_nodes)} "
-            f"with non-co-sharded strategies; added {fam} in {self.build_seconds:.3f}s"
+            f"with non-co-sharded strategies, {len(self.size_couplings)} size couplings; added {fam} "
+            f"in {self.build_seconds:.3f}s"
         )
 
 
@@ -183,6 +186,7 @@ def add_op_constraints(
     table: Table | None = None,
     solver: str = "cbc",
     time_limit: float | None = None,
+    sizes: bool = True,
     **options: Any,
 ) -> AddedConstraints:
     """Add the compatibility table's rules for ``ops`` to this AutoParallel's ILP.
@@ -203,6 +207,10 @@ def add_op_constraints(
         time_limit: seconds for all solves of one ``optimize_placement`` (lazy rounds share it);
             stopped with a feasible plan: kept, with a ``SolverTimeLimitWarning``; without one:
             :class:`~autoparallel_constraints.SolverTimeLimitError`.
+        sizes: add the size couplings (``_sizes``): a factory op, or with ``dynamic=True`` a view
+            op, whose shape comes from ``sym_size(x, d)`` is sharded on that dim exactly like
+            ``x``, and one with a concrete size splits it only evenly (autoparallel's apply
+            localizes these sizes by rule). Hard in every formulation; ``False`` leaves them out.
         **options: options of the formulation.
 
     Returns:
@@ -212,6 +220,8 @@ def add_op_constraints(
     check_strategies(opt, self.mesh)
     if materialize not in MATERIALIZE_MODES:
         raise InvalidOptionError(f"materialize must be one of {MATERIALIZE_MODES}, got {materialize!r}")
+    if not isinstance(sizes, bool):
+        raise InvalidOptionError(f"sizes must be True or False, got {type(sizes).__name__}: {sizes!r}")
     if table is not None and not isinstance(table, Table):
         raise InvalidOptionError(f"table must be an autoparallel_constraints.Table, got {type(table).__name__}")
     t0 = time.perf_counter()
@@ -225,6 +235,12 @@ def add_op_constraints(
         _warn_missing(opt, rules, sites, selectors)
     namer = Namer(form.name, taken=opt.prob.constraints)
     additions = form.build(opt, sites, namer)
+    couplings = (
+        find_size_couplings(opt.graph, lambda n: n in opt.strats, tuple(self.mesh.shape), dynamic=is_dynamic(self.gm))
+        if sizes
+        else []
+    )
+    additions.merge(build_size_constraints(opt, couplings, Namer("size", taken=opt.prob.constraints)))
     _add_atomically(opt.prob, additions)
     build_seconds = time.perf_counter() - t0
 
@@ -235,6 +251,7 @@ def add_op_constraints(
         rows=tuple(r.name for r in rules),
         nodes=nodes,
         constrained_nodes=constrained,
+        size_couplings=tuple(c.describe() for c in couplings),
         constraints=_families(additions.constraints),
         variables=_families(additions.variables),
         constraint_names=tuple(additions.constraints),

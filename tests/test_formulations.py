@@ -143,14 +143,17 @@ def test_clean_baseline_keeps_objective_and_audits_clean(runs, formulation):
 @pytest.mark.parametrize("formulation", FORMS)
 def test_added_names_follow_the_convention(runs, formulation):
     """Every constraint and variable a formulation added (lazy cuts included) is named
-    <formulation>.<family>_<idx> and is in the optimizer's problem."""
+    <formulation>.<family>_<idx> (or size.<kind>_<idx>: the size couplings every formulation
+    shares) and is in the optimizer's problem."""
+    from autoparallel_constraints._sizes import KINDS
+
     run = runs("forced", formulation)
     assert run.error is None, run.error
     assert run.names, f"{formulation} added nothing on the forced case"
     for name in run.names:
         m = NAME.match(name)
-        assert m and m["form"] == formulation, name
-    families = {NAME.match(n)["family"] for n in run.names}
+        assert m and (m["form"] == formulation or (m["form"] == "size" and m["family"] in KINDS)), name
+    families = {NAME.match(n)["family"] for n in run.names if not n.startswith("size.")}
     expected = {"strict": {"forbid"}, "explicit": {"link", "redistribute"}, "soft": {"elastic", "slack"}, "lazy": {"cut"}}
     assert expected[formulation] <= families, families
 

@@ -70,6 +70,7 @@ def test_add_op_constraints_is_installed_and_reports_families(make_mesh):
         ({"formulation": "strict", "penalty": 3}, apc.InvalidOptionError, "has no option"),
         ({"materialize": "some"}, apc.InvalidOptionError, "materialize must be one of"),
         ({"table": {"add": 1}}, apc.InvalidOptionError, "table must be"),
+        ({"sizes": "yes"}, apc.InvalidOptionError, "sizes must be True or False"),
     ],
 )
 def test_bad_input_raises_and_leaves_problem_unchanged(make_mesh, kwargs, error, match):

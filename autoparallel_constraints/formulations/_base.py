@@ -68,6 +68,7 @@ class Additions:
     repairs: dict[tuple[int, int], Repair] = field(default_factory=dict)  # (root_idx, out_idx)
     elastic: dict[str, Elastic] = field(default_factory=dict)  # slack variable name -> its rule
     owners: dict[str, int] = field(default_factory=dict)  # constraint name -> root_idx of its site
+    notes: dict[str, str] = field(default_factory=dict)  # constraint name -> what it is, for siteless rows
 
     def merge(self, other: Additions) -> None:
         """Take ``other``'s additions (a later round) into this record."""
@@ -77,6 +78,7 @@ class Additions:
         self.repairs.update(other.repairs)
         self.elastic.update(other.elastic)
         self.owners.update(other.owners)
+        self.notes.update(other.notes)
 
     def __bool__(self) -> bool:
         return bool(self.constraints or self.variables or self.objective)

@@ -1,0 +1,190 @@
+"""Guards the size couplings (``_sizes``): symbolic shape arguments that autoparallel's dynamic
+apply keeps as local. The parser reads the size expressions real graphs contain; the audit flags a
+plan whose ``full`` takes a batch size from a batch-sharded tensor while itself replicated (the
+fuzzer's case: wrong local size, crash at run time) and a view that splits a concrete size
+unevenly; with the plugin the plan agrees and the numbers are exact, and with ``sizes=False`` the
+same plugin call fails again, so it is the coupling that fixes it."""
+
+from __future__ import annotations
+
+import operator
+
+import pytest
+import torch
+from torch.distributed.tensor.placement_types import Replicate, Shard
+
+import autoparallel_constraints as apc
+from autoparallel_constraints._sizes import _parse, find_size_couplings
+from autoparallel_constraints.testing import run_numerics
+from autoparallel_constraints.testing._fuzz import FuzzModel, ModelSpec, Step
+
+# The fuzzer's two shrunk failures: `x = x + b; cat([x[..., :h], 2 * x[..., h:]], -1)`, input R.
+CAT_1D = ModelSpec(
+    batch=4, seq=4, heads=4, head_dim=2, steps=(Step("bias_add"),) * 3 + (Step("cat"),), mesh=(2,), input_placements=("R",)
+)
+CAT_2D = ModelSpec(
+    batch=2, seq=2, heads=2, head_dim=2, steps=(Step("bias_add"), Step("cat")), mesh=(2, 2), input_placements=("R", "R")
+)
+
+
+def _graph_with(*exprs):
+    """A graph with x: [4, 6] and y: [5], one node per expression built from sym_size nodes."""
+    g = torch.fx.Graph()
+    x, y = g.placeholder("x"), g.placeholder("y")
+    x.meta["val"], y.meta["val"] = torch.empty(4, 6), torch.empty(5)
+    size = lambda t, d: g.call_function(torch.ops.aten.sym_size.int, (t, d))  # noqa: E731
+    return [e(g, size, x, y) for e in exprs], x, y
+
+
+@pytest.mark.parametrize(
+    ("build", "k", "leaves", "b"),
+    [
+        (lambda g, s, x, y: s(x, 0), 1, [("x", 0)], 0),
+        (lambda g, s, x, y: s(x, -1), 1, [("x", 1)], 0),
+        (lambda g, s, x, y: g.call_function(operator.mul, (s(x, 0), 4)), 4, [("x", 0)], 0),
+        (lambda g, s, x, y: g.call_function(operator.mul, (s(x, 0), s(y, 0))), 1, [("x", 0), ("y", 0)], 0),
+        # falcon's arange length: (size - 0 + 1 - 1) // 1
+        (
+            lambda g, s, x, y: g.call_function(
+                operator.floordiv,
+                (g.call_function(operator.sub, (g.call_function(operator.add, (g.call_function(operator.sub, (s(x, 1), 0)), 1)), 1)), 1),
+            ),
+            1,
+            [("x", 1)],
+            0,
+        ),
+        (lambda g, s, x, y: g.call_function(operator.add, (s(x, 0), 1)), 1, [("x", 0)], 1),
+    ],
+    ids=["size", "negative-dim", "times-const", "product", "arange-length", "offset"],
+)
+def test_parse_reads_monomials(build, k, leaves, b):
+    """Sizes of the form k·Π size(x, d) + b are read exactly; dims are normalized."""
+    (node,), _, _ = _graph_with(build)
+    mono = _parse(node)
+    assert mono is not None
+    assert (mono.k, [(n.name, d) for n, d in mono.leaves], mono.b) == (k, leaves, b)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda g, s, x, y: g.call_function(operator.add, (s(x, 0), s(y, 0))),  # a sum of sizes
+        lambda g, s, x, y: g.call_function(operator.sub, (8, s(x, 0))),
+        lambda g, s, x, y: g.call_function(operator.floordiv, (s(x, 0), 2)),
+        lambda g, s, x, y: g.call_function(torch.sym_max, (s(x, 0), 3)),
+    ],
+    ids=["sum", "const-minus", "halved", "sym_max"],
+)
+def test_parse_refuses_other_forms(build):
+    """Anything else is not a monomial: the coupling then keeps both sides unsharded (Z2)."""
+    (node,), _, _ = _graph_with(build)
+    assert _parse(node) is None
+
+
+def test_finder_couples_factory_and_view_shapes():
+    """full's shape (args[0]) and view's sizes (args[1]) are couplings; concrete ints are not."""
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    x.meta["val"] = torch.empty(4, 6)
+    s0 = g.call_function(torch.ops.aten.sym_size.int, (x, 0))
+    full = g.call_function(torch.ops.aten.full.default, ([s0, 6], 0.0))
+    prod = g.call_function(operator.mul, (s0, 6))
+    view = g.call_function(torch.ops.aten.view.default, (x, [prod]))
+    shifted = g.call_function(operator.add, (s0, 1))
+    full_shifted = g.call_function(torch.ops.aten.full.default, ([shifted], 0.0))
+    for n, shape in ((full, (4, 6)), (view, (24,)), (full_shifted, (5,))):
+        n.meta["val"] = torch.empty(shape)
+    plan = lambda n: n.op != "call_function" or n.target != operator.add  # noqa: E731
+    got = [(c.consumer.name, c.out_dim, c.kind, c.expr) for c in find_size_couplings(g, plan, (4,), dynamic=True)]
+    assert got == [
+        (full.name, 0, "match", "size(x, 0)"),
+        (full.name, 1, "even", "6"),  # 4 does not divide 6
+        (view.name, 0, "match", "(size(x, 0) * 6)"),
+        (full_shifted.name, 0, "global", "(size(x, 0) + 1)"),
+    ]
+    static = [(c.consumer.name, c.kind) for c in find_size_couplings(g, plan, (2,), dynamic=False)]
+    assert static == [(full.name, "match"), (full_shifted.name, "global")]  # views: DTensor's job
+
+
+def _run(spec: ModelSpec, configure=None, pins=None):
+    audits: list = []
+    report = run_numerics(
+        lambda: FuzzModel(spec),
+        lambda: torch.randn(spec.batch, spec.seq, spec.hidden),
+        spec.mesh,
+        input_placements=pins or [tuple(Replicate() for _ in spec.mesh)],
+        output_placements=[None],
+        parameter_memory_constraint=False,
+        atol=1e-4,
+        rtol=1e-4,
+        configure=configure,
+        after_apply=lambda autop: audits.append(apc.audit(autop)),
+    )
+    return report, (audits[0] if audits else None)
+
+
+def test_without_plugin_the_audit_names_the_size_mismatch():
+    """Baseline on (2,): full (R) takes its batch size from alias_default (S(0)); the audit says
+    so, and the graph crashes at run time."""
+    report, audit = _run(CAT_1D)
+    assert audit is not None and not audit.ok
+    assert {v.kind for v in audit.violations} == {"size_mismatch"}
+    text = str(audit)
+    assert "SIZE MISMATCH: full (aten.full.default)" in text
+    assert "full dim 0 = size(alias_default, 0): mesh dim 0 splits the size it is read from" in text
+    assert not report.ok and "expected src to have a size equal to the slice of self" in report.error
+
+
+@pytest.mark.parametrize("formulation", ["explicit", "strict"])
+@pytest.mark.parametrize("spec", [CAT_1D, CAT_2D], ids=["mesh2", "mesh2x2"])
+def test_plugin_couples_sizes_audit_clean_and_exact(spec, formulation):
+    """With the plugin the couplings are ILP rows (size.match_*), the plan agrees, the audit is
+    clean and the numbers equal one device (baseline fails: run-time crash on (2,), apply-time
+    'narrow unexpectedly changed concrete size' on (2,2))."""
+    added: list = []
+
+    def configure(autop):
+        added.append(autop.add_op_constraints(formulation=formulation, materialize="all"))
+
+    report, audit = _run(spec, configure)
+    (a,) = added
+    assert a.size_couplings and a.constraints.get("size.match", 0) >= len(spec.mesh)
+    assert any(" dim " in c and "size(" in c for c in a.size_couplings)
+    assert audit is not None and audit.ok, audit
+    assert audit.size_couplings == len(a.size_couplings)
+    assert report.ok, report
+
+
+def test_sizes_false_brings_the_failure_back():
+    """The same plugin call without the size couplings: the plan is the baseline's again."""
+    report, audit = _run(CAT_1D, lambda autop: autop.add_op_constraints(materialize="all", sizes=False))
+    assert audit is not None and audit.by_kind("size_mismatch")
+    assert not report.ok
+
+
+def test_baseline_2d_fails_at_apply():
+    """(2,2) baseline: autoparallel's own apply fails (the plan's local sizes disagree)."""
+    report, _ = _run(CAT_2D)
+    assert not report.ok and report.error.startswith("apply:") and "narrow unexpectedly changed" in report.error
+
+
+UNEVEN = ModelSpec(
+    batch=4, seq=5, heads=3, head_dim=2, steps=(Step("slice", 1), Step("index_put", 1)), mesh=(2,), input_placements=("S1",)
+)
+
+
+def test_uneven_concrete_size_flagged_then_split_evenly():
+    """seq 5 pinned Shard(1) on (2,), then viewed: baseline views with S(1) output, which
+    autoparallel localizes as ceil(5/2) on both ranks (audit: size_mismatch; run: invalid view
+    shape); the plugin (Z3) keeps the view's seq dim unsplit: clean and exact."""
+    pins = [(Shard(1),)]
+    base, base_audit = _run(UNEVEN, pins=pins)
+    assert base_audit is not None and base_audit.by_kind("size_mismatch")
+    assert "dim 1 = 5: split 2 ways, which autoparallel localizes as ceil(5/2) on every rank" in str(base_audit)
+    assert not base.ok and "is invalid for input of size" in base.error
+
+    added: list = []
+    report, audit = _run(UNEVEN, lambda autop: added.append(autop.add_op_constraints(materialize="all")), pins=pins)
+    assert added[0].constraints.get("size.even", 0) >= 1
+    assert audit is not None and audit.ok, audit
+    assert report.ok, report
