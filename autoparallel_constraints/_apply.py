@@ -34,6 +34,7 @@ import torch.fx.traceback as fx_traceback
 from torch.utils._pytree import tree_flatten
 
 from ._placements import fmt_spec
+from ._sizes import SizeCoupling, find_size_couplings, is_dynamic
 
 if TYPE_CHECKING:
     from torch.distributed.tensor._dtensor_spec import DTensorSpec
@@ -111,6 +112,8 @@ class ApplyRecord:
     materialize_all: bool = False
     materialized: list[PlannedRedistribute] = field(default_factory=list)  # materialize="all" edges
     parallel_gm: torch.fx.GraphModule | None = None
+    # read before the apply runs: its tracing may specialize the graph's symbolic sizes
+    size_couplings: list[SizeCoupling] = field(default_factory=list)
 
 
 _RECORD: contextvars.ContextVar[ApplyRecord | None] = contextvars.ContextVar("apc_apply_record", default=None)
@@ -383,6 +386,9 @@ def _wrap_apply_placement_common(original: Any) -> Any:
         record = ApplyRecord(
             placement=dict(sharding_placement),
             materialize_all=state is not None and state.materialize == "all",
+        )
+        record.size_couplings = find_size_couplings(
+            self.gm.graph, lambda n: n in sharding_placement, tuple(self.mesh.shape), dynamic=is_dynamic(self.gm)
         )
         planned = state.planned_redistributes(sharding_placement) if state is not None else []
         table_ops = {row.op for row in (state.table if state is not None else default_table())}

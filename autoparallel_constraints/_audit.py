@@ -29,7 +29,7 @@ import torch
 
 from ._apply import NODE_TAG, OP_TAG, ApplyRecord, EdgeRecord, PlannedRedistribute, op_family
 from ._placements import fmt_spec, local_shape
-from ._sizes import find_size_couplings, is_dynamic, size_mismatches
+from ._sizes import size_mismatches
 from .errors import AuditError
 from .table import Table, bind, check, default_table
 
@@ -268,7 +268,7 @@ def audit(autop: Any, *, table: Table | None = None) -> AuditReport:
                 )
             )
     mesh_shape = tuple(autop.mesh.shape)
-    couplings = find_size_couplings(gm.graph, lambda n: n in placement, mesh_shape, dynamic=is_dynamic(gm))
+    couplings = record.size_couplings  # found before the apply specialized any size
     spec_of = lambda n: placement[n].output_specs if n in placement else None  # noqa: E731
     for coupling, why in size_mismatches(couplings, spec_of, mesh_shape):
         violations.append(

@@ -235,12 +235,16 @@ def add_op_constraints(
         _warn_missing(opt, rules, sites, selectors)
     namer = Namer(form.name, taken=opt.prob.constraints)
     additions = form.build(opt, sites, namer)
+    # Couplings are read off the traced graph (symbolic sizes) and priced on the optimizer's copy.
+    to_opt = opt._orig_to_concrete
     couplings = (
-        find_size_couplings(opt.graph, lambda n: n in opt.strats, tuple(self.mesh.shape), dynamic=is_dynamic(self.gm))
+        find_size_couplings(
+            self.gm.graph, lambda n: to_opt.get(n) in opt.strats, tuple(self.mesh.shape), dynamic=is_dynamic(self.gm)
+        )
         if sizes
         else []
     )
-    additions.merge(build_size_constraints(opt, couplings, Namer("size", taken=opt.prob.constraints)))
+    additions.merge(build_size_constraints(opt, couplings, Namer("size", taken=opt.prob.constraints), to_opt))
     _add_atomically(opt.prob, additions)
     build_seconds = time.perf_counter() - t0
 

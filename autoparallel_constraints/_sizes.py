@@ -42,7 +42,7 @@ from __future__ import annotations
 import logging
 import math
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -166,9 +166,12 @@ def find_size_couplings(
 ) -> list[SizeCoupling]:
     """Every shape argument autoparallel's apply localizes by rule, in graph order.
 
-    ``has_strategy(node)`` says whether a node is part of the plan (others are not localized).
-    View ops count only when ``dynamic`` (static views are localized by DTensor). A concrete size
-    counts only if some split of the mesh would not divide it.
+    ``graph`` is the traced graph with its symbolic metadata (``autop.gm``, not the optimizer's
+    concretized copy): a size node that tracing specialized to a number reaches the apply as an
+    int and is localized like a concrete size. ``has_strategy(node)`` says whether a node is part
+    of the plan (others are not localized). View ops count only when ``dynamic`` (static views
+    are localized by DTensor). A concrete size counts only if some split of the mesh would not
+    divide it.
     """
     factories, views = _size_ops()
     total = math.prod(mesh_shape)
@@ -188,7 +191,7 @@ def find_size_couplings(
         if not isinstance(val, torch.Tensor) or val.dim() != len(node.args[position]):
             continue
         for out_dim, value in enumerate(node.args[position]):
-            if not isinstance(value, torch.fx.Node):
+            if not isinstance(value, torch.fx.Node) or _specialized(value):
                 size = _hint(val.shape[out_dim])
                 if size is not None and size % total:
                     out.append(SizeCoupling(consumer=node, out_dim=out_dim, kind="even", expr=str(size), size=size))
@@ -199,6 +202,15 @@ def find_size_couplings(
             kind = "match" if mono is not None and mono.b == 0 and mono.leaves else "global"
             out.append(SizeCoupling(consumer=node, out_dim=out_dim, kind=kind, expr=_text(value), leaves=leaves))
     return out
+
+
+def _specialized(value: torch.fx.Node) -> bool:
+    """A size node whose value tracing fixed to a number: the apply sees an int, not a SymInt."""
+    val = value.meta.get("val")
+    if isinstance(val, int):
+        return True
+    expr = getattr(getattr(val, "node", None), "expr", None)
+    return expr is not None and not getattr(expr, "free_symbols", True)
 
 
 def _hint(size: Any) -> int | None:
@@ -284,8 +296,16 @@ def size_mismatches(
     return bad
 
 
-def build_size_constraints(opt: ShardingOptimizer, couplings: Sequence[SizeCoupling], namer: Namer) -> Additions:
-    """(Z1)–(Z3) for every coupling (and mesh dim), deduplicated across repeated layers."""
+def build_size_constraints(
+    opt: ShardingOptimizer,
+    couplings: Sequence[SizeCoupling],
+    namer: Namer,
+    to_opt: Mapping[torch.fx.Node, torch.fx.Node] | None = None,
+) -> Additions:
+    """(Z1)–(Z3) for every coupling (and mesh dim), deduplicated across repeated layers.
+
+    ``to_opt`` maps the couplings' nodes to the optimizer's graph (``opt._orig_to_concrete``).
+    """
     from ._problem import strategy_indicator
     from .formulations import Additions
 
@@ -294,6 +314,7 @@ def build_size_constraints(opt: ShardingOptimizer, couplings: Sequence[SizeCoupl
     mesh_shape = tuple(opt.mesh.shape)
 
     def strategies(node: torch.fx.Node, keep: Callable[[DTensorSpec], bool]) -> list[pulp.LpVariable]:
+        node = to_opt.get(node, node) if to_opt is not None else node
         idx = opt.node_map[node]
         terms = []
         for o, strategy in enumerate(opt.strats[node].strategies):

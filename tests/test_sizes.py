@@ -104,6 +104,11 @@ def test_finder_couples_factory_and_view_shapes():
     ]
     static = [(c.consumer.name, c.kind) for c in find_size_couplings(g, plan, (2,), dynamic=False)]
     assert static == [(full.name, "match"), (full_shifted.name, "global")]  # views: DTensor's job
+    # A size tracing specialized to a number reaches the apply as an int: localized like a
+    # concrete size (ceil division), so only an uneven split matters.
+    s0.meta["val"] = 4
+    got = [(c.consumer.name, c.out_dim, c.kind) for c in find_size_couplings(g, plan, (4,), dynamic=False)]
+    assert got == [(full.name, 1, "even"), (full_shifted.name, 0, "global")]  # 4 divides 4, not 6
 
 
 def _run(spec: ModelSpec, configure=None, pins=None):
