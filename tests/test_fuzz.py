@@ -12,7 +12,7 @@ import os
 
 import pytest
 import torch
-from hypothesis import HealthCheck, assume, given, note, settings
+from hypothesis import HealthCheck, assume, event, given, note, settings
 from hypothesis import strategies as st
 from torch.distributed.tensor.placement_types import Replicate, Shard
 
@@ -61,10 +61,19 @@ def _placement(text: str):
     return Replicate() if text == "R" else Shard(int(text[1:]))
 
 
+def _uneven(spec: ModelSpec) -> bool:
+    sizes = {"S0": spec.batch, "S1": spec.seq}
+    return any(p in sizes and sizes[p] % m for m, p in zip(spec.mesh, spec.input_placements))
+
+
 def check_spec(spec: ModelSpec) -> None:
     note(spec.to_code())
+    # what the sweep covered, in --hypothesis-show-statistics
+    event(f"mesh {spec.mesh}")
+    event("input pin splits unevenly" if _uneven(spec) else "input pins split evenly")
     pins = [tuple(_placement(p) for p in spec.input_placements)]
     audits: list = []
+    added: list = []
     report = run_numerics(
         lambda: FuzzModel(spec),
         lambda: torch.randn(spec.batch, spec.seq, spec.hidden),
@@ -74,10 +83,12 @@ def check_spec(spec: ModelSpec) -> None:
         parameter_memory_constraint=False,
         atol=1e-4,
         rtol=1e-4,
-        configure=lambda autop: autop.add_op_constraints(materialize="all"),
+        configure=lambda autop: added.append(autop.add_op_constraints(materialize="all")),
         after_apply=lambda autop: audits.append(apc.audit(autop)),
     )
     note(str(report))
+    kinds = sorted({k for k in ("match", "global", "even") if audits and any(f"size.{k}" in n for n in added[0].constraint_names)})
+    event(f"size couplings in the ILP: {', '.join(kinds) or 'none'}")
     assert audits and audits[0].ok, audits[0] if audits else report
     assert report.ok, report
 
