@@ -236,10 +236,10 @@ def add_op_constraints(
     namer = Namer(form.name, taken=opt.prob.constraints)
     additions = form.build(opt, sites, namer)
     # Couplings are read off the traced graph (symbolic sizes) and priced on the optimizer's copy.
-    to_opt = opt._orig_to_concrete
+    to_opt = getattr(opt, "_orig_to_concrete", None) or {}  # empty: one graph for both
     couplings = (
         find_size_couplings(
-            self.gm.graph, lambda n: to_opt.get(n) in opt.strats, tuple(self.mesh.shape), dynamic=is_dynamic(self.gm)
+            self.gm.graph, lambda n: to_opt.get(n, n) in opt.strats, tuple(self.mesh.shape), dynamic=is_dynamic(self.gm)
         )
         if sizes
         else []

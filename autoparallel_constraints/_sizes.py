@@ -35,6 +35,12 @@ exactly when it splits one factor); (Z2) keeps sizes with an offset, or of unkno
 both sides; (Z3) lets a concrete size be split only evenly. All are hard in every formulation: no
 redistribution can repair a size. Implemented in :func:`build_size_constraints` (named
 ``size.match_<idx>``, ``size.global_<idx>``, ``size.even_<idx>``).
+
+Limits: (Z1) equates local sizes exactly when each split factor divides evenly; a product over an
+unevenly split symbolic size (``2 · s`` with ``s`` odd and split) cannot be decided at plan time.
+A size that tracing specialized to a number is taken as concrete (the apply then sees an int); if
+autoparallel later makes that dim dynamic (an uneven input split), the apply keeps the leaf's
+local size and only (Z3) on the consumer guards it.
 """
 
 from __future__ import annotations
@@ -130,7 +136,12 @@ def _parse(value: Any) -> _Monomial | None:
         if not isinstance(val, torch.Tensor):
             return None
         return _Monomial(1, ((x, d % val.dim() if val.dim() else d),), 0)
-    if len(value.args) != 2:
+    if value.target == torch.ops.aten.sym_numel.default:  # Π of every local size
+        x = value.args[0]
+        val = x.meta.get("val")
+        return _Monomial(1, tuple((x, d) for d in range(val.dim())), 0) if isinstance(val, torch.Tensor) else None
+    # only size arithmetic is followed: never recurse into tensor ops
+    if value.target not in (operator.add, operator.sub, operator.mul, operator.floordiv) or len(value.args) != 2:
         return None
     a, b = (_parse(v) for v in value.args)
     if a is None or b is None:
@@ -231,7 +242,11 @@ def is_dynamic(gm: torch.fx.GraphModule) -> bool:
 
 
 def _leaves(value: Any) -> list[Leaf]:
-    """Every ``sym_size`` an expression reads (for expressions that are not monomials)."""
+    """Every tensor dim an expression reads (for expressions that are not monomials).
+
+    ``sym_size(x, d)`` reads dim d; any other size op on a tensor (``sym_numel``,
+    ``sym_stride``, ...) is taken to read every dim of it. Tensor nodes are never walked through.
+    """
     found: list[Leaf] = []
     stack = [value]
     seen: set[torch.fx.Node] = set()
@@ -245,7 +260,12 @@ def _leaves(value: Any) -> list[Leaf]:
             val = x.meta.get("val")
             found.append((x, d % val.dim() if isinstance(val, torch.Tensor) and val.dim() else d))
         elif not isinstance(v.meta.get("val"), torch.Tensor):
-            stack.extend(a for a in v.args if isinstance(a, torch.fx.Node))
+            for a in v.args:
+                val = a.meta.get("val") if isinstance(a, torch.fx.Node) else None
+                if isinstance(val, torch.Tensor):
+                    found.extend((a, d) for d in range(val.dim()))
+                elif isinstance(a, torch.fx.Node):
+                    stack.append(a)
     return found
 
 

@@ -8,13 +8,14 @@ same plugin call fails again, so it is the coupling that fixes it."""
 from __future__ import annotations
 
 import operator
+from types import SimpleNamespace
 
 import pytest
 import torch
 from torch.distributed.tensor.placement_types import Replicate, Shard
 
 import autoparallel_constraints as apc
-from autoparallel_constraints._sizes import _parse, find_size_couplings
+from autoparallel_constraints._sizes import SizeCoupling, _leaves, _parse, find_size_couplings, size_mismatches
 from autoparallel_constraints.testing import run_numerics
 from autoparallel_constraints.testing._fuzz import FuzzModel, ModelSpec, Step
 
@@ -54,8 +55,12 @@ def _graph_with(*exprs):
             0,
         ),
         (lambda g, s, x, y: g.call_function(operator.add, (s(x, 0), 1)), 1, [("x", 0)], 1),
+        (lambda g, s, x, y: g.call_function(operator.add, (3, s(x, 0))), 1, [("x", 0)], 3),
+        (lambda g, s, x, y: g.call_function(operator.mul, (g.call_function(operator.add, (s(x, 0), 1)), 2)), 2, [("x", 0)], 2),
+        (lambda g, s, x, y: g.call_function(torch.ops.aten.sym_numel.default, (x,)), 1, [("x", 0), ("x", 1)], 0),
     ],
-    ids=["size", "negative-dim", "times-const", "product", "arange-length", "offset"],
+    ids=["size", "negative-dim", "times-const", "product", "arange-length", "offset", "const-plus", "offset-times",
+         "numel"],
 )
 def test_parse_reads_monomials(build, k, leaves, b):
     """Sizes of the form k·Π size(x, d) + b are read exactly; dims are normalized."""
@@ -72,13 +77,49 @@ def test_parse_reads_monomials(build, k, leaves, b):
         lambda g, s, x, y: g.call_function(operator.sub, (8, s(x, 0))),
         lambda g, s, x, y: g.call_function(operator.floordiv, (s(x, 0), 2)),
         lambda g, s, x, y: g.call_function(torch.sym_max, (s(x, 0), 3)),
+        lambda g, s, x, y: g.call_function(torch.ops.aten.sym_stride.int, (x, 0)),
+        lambda g, s, x, y: g.call_function(torch.ops.aten.add.Tensor, (x, x)),  # a tensor op
     ],
-    ids=["sum", "const-minus", "halved", "sym_max"],
+    ids=["sum", "const-minus", "halved", "sym_max", "stride", "tensor-op"],
 )
 def test_parse_refuses_other_forms(build):
-    """Anything else is not a monomial: the coupling then keeps both sides unsharded (Z2)."""
-    (node,), _, _ = _graph_with(build)
+    """Anything else is not a monomial: the coupling then keeps both sides unsharded (Z2), on
+    every dim the expression reads (a stride reads all of x's dims)."""
+    (node,), x, _ = _graph_with(build)
     assert _parse(node) is None
+    if node.target == torch.ops.aten.sym_stride.int:
+        assert _leaves(node) == [(x, 0), (x, 1)]
+
+
+def _spec(*placements):
+    """What size_mismatches reads of a DTensorSpec: placements (and no shard order)."""
+    return SimpleNamespace(placements=placements, shard_order=None)
+
+
+@pytest.mark.parametrize(
+    ("kind", "leaf", "out", "flagged"),
+    [
+        ("match", (Shard(0), Replicate()), (Shard(1), Replicate()), False),  # same mesh dim
+        ("match", (Shard(0), Replicate()), (Replicate(), Shard(1)), True),  # other mesh dim
+        ("match", (Replicate(), Replicate()), (Shard(1), Replicate()), True),
+        ("global", (Replicate(), Replicate()), (Replicate(), Replicate()), False),
+        ("global", (Shard(0), Replicate()), (Replicate(), Replicate()), True),  # the leaf is split
+        ("global", (Replicate(), Replicate()), (Replicate(), Shard(1)), True),  # the output is split
+        ("even", None, (Shard(1), Replicate()), True),  # 5 split 2 ways
+        ("even", None, (Replicate(), Replicate()), False),
+    ],
+)
+def test_plan_check_per_kind(kind, leaf, out, flagged):
+    """The audit's check of each kind (the ILP forbids exactly these plans): a size read from
+    x's dim 0 used for the output's dim 1; for "even", the concrete size 5 on a 2x2 mesh."""
+    g = torch.fx.Graph()
+    x, u = g.placeholder("x"), g.placeholder("u")
+    coupling = SizeCoupling(
+        consumer=u, out_dim=1, kind=kind, expr="e", leaves=((x, 0),) if leaf else (), size=5 if kind == "even" else None
+    )
+    specs = {x: _spec(*leaf) if leaf else None, u: _spec(*out)}
+    bad = size_mismatches([coupling], specs.get, (2, 2))
+    assert bool(bad) is flagged, bad
 
 
 def test_finder_couples_factory_and_view_shapes():
