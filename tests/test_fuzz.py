@@ -1,6 +1,6 @@
 """Guards plans of random small models end to end: hypothesis draws models from a menu (linear,
 index_put via list indexing, slicing, broadcasting add/mul/where, cat, scatter) with random sizes
-(uneven ones included, pinned ones too), meshes (2,), (2,2), (2,4) and input pins; each is solved with the plugin
+(uneven ones included; uneven pins on (2,)), meshes (2,), (2,2), (2,4) and input pins; each is solved with the plugin
 (explicit, materialize="all"), applied, audited clean and run under LocalTensorMode against the
 single-device model. CI runs a bounded, derandomized sample; ``-m ondemand`` runs 200 cases.
 A failure shrinks and prints the model as code (ModelSpec.to_code)."""
@@ -39,12 +39,16 @@ def model_specs(draw: st.DrawFn) -> ModelSpec:
         # a dim split unevenly by two mesh dims: redistributing that with symbolic coordinates
         # (compile_on_one_rank, which the harness needs) fails inside torch's DTensor
         # (try_create_flattened guards on a data-dependent size), with or without the plugin.
+        # On 2-D meshes an input split unevenly is gathered without padding by the one graph
+        # compile_on_one_rank traces (rank 0's full chunk), so the run fails with or without the
+        # plugin (seq 5 pinned (R, Shard(1)) on 2x2, then added to a bias): uneven pins are
+        # drawn on the 1-D mesh only.
         ways = []
         for m, p in zip(mesh, pins):
             if p == f"S{dim}":
                 assume(-(-size // math.prod(ways)) >= m)
                 ways.append(m)
-        assume(len(ways) < 2 or size % math.prod(ways) == 0)
+        assume(len(mesh) == 1 or size % math.prod(ways) == 0)
     return ModelSpec(
         batch=batch,
         seq=seq,
