@@ -89,7 +89,7 @@ class AuditReport:
     table_nodes: int
     edges: int
     repaired_nodes: tuple[str, ...] = field(default=())  # plan broke a row, the plugin's nodes fixed it
-    size_couplings: int = 0  # symbolic sizes checked (dynamic=True graphs)
+    size_couplings: int = 0  # shape arguments checked (see _sizes)
 
     @property
     def ok(self) -> bool:

@@ -54,9 +54,9 @@ from typing import TYPE_CHECKING, Any
 
 import pulp
 import torch
-from torch.distributed.tensor.placement_types import Shard, _StridedShard
 
 from ._placements import fmt_spec
+from .table._model import _shard_dim
 
 if TYPE_CHECKING:
     from autoparallel.optimize_sharding import ShardingOptimizer
@@ -270,8 +270,7 @@ def _leaves(value: Any) -> list[Leaf]:
 
 
 def _shards(spec: DTensorSpec, mesh_dim: int, dim: int) -> bool:
-    p = spec.placements[mesh_dim]
-    return isinstance(p, (Shard, _StridedShard)) and p.dim == dim
+    return _shard_dim(spec.placements[mesh_dim]) == dim
 
 
 def _single_spec(specs: Any) -> DTensorSpec | None:

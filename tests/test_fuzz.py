@@ -18,6 +18,7 @@ from torch.distributed.tensor.placement_types import Replicate, Shard
 
 import autoparallel_constraints as apc
 from autoparallel_constraints.testing import run_numerics
+from autoparallel_constraints._sizes import KINDS
 from autoparallel_constraints.testing._fuzz import MENU, FuzzModel, ModelSpec, Step
 
 MESHES = ((2,), (2, 2), (2, 4))
@@ -91,7 +92,7 @@ def check_spec(spec: ModelSpec) -> None:
         after_apply=lambda autop: audits.append(apc.audit(autop)),
     )
     note(str(report))
-    kinds = sorted({k for k in ("match", "global", "even") if audits and any(f"size.{k}" in n for n in added[0].constraint_names)})
+    kinds = sorted({k for k in KINDS if audits and any(f"size.{k}" in n for n in added[0].constraint_names)})
     event(f"size couplings in the ILP: {', '.join(kinds) or 'none'}")
     assert audits and audits[0].ok, audits[0] if audits else report
     assert report.ok, report
