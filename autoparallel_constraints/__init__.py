@@ -20,14 +20,15 @@ from ._compat import require_autoparallel
 
 require_autoparallel()
 
-from ._apply import PlannedRedistribute, apc_redistribute  # noqa: E402
+from ._apply import apc_redistribute  # noqa: E402
 from ._apply import install as _install_apply  # noqa: E402
 from ._audit import ArgAudit, AuditReport, Violation, audit  # noqa: E402
 from ._cache_guard import install as _install_cache_guard  # noqa: E402
-from ._plugin import AddedConstraints, NoMatchingNodesWarning, add_op_constraints  # noqa: E402
+from ._plugin import NoMatchingNodesWarning, add_op_constraints  # noqa: E402
 from ._plugin import install as _install_plugin  # noqa: E402
 from ._report import ConstraintReport, constraint_report  # noqa: E402
 from ._solvers import SolverTimeLimitWarning, use_solver  # noqa: E402
+from ._state import AddedConstraints, PlannedRedistribute  # noqa: E402
 from .errors import (  # noqa: E402
     AuditError,
     AutoParallelMissingError,

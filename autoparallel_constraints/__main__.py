@@ -5,6 +5,9 @@ demo   the seed block of upstream issue #348 (batch 16, seq 128, 73 heads x 64, 
        each formulation, side by side in one process.
 compare  the formulation lab: formulations x solvers on seed, falcon or llama3, one table, JSON
        and a PNG bar chart (``compare --help``).
+coverage  ops with two or more tensor inputs in a model's joint graph, and the row of each.
+crosscheck  DTensor/autoparallel strategies the table rejects, checked by numerics.
+groundtruth  every row checked against numerics on simulated ranks (``--full`` for the sweep).
 """
 
 from __future__ import annotations
@@ -16,9 +19,10 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 
+from ._cli import parse_mesh
 from ._coverage import add_subcommands as add_coverage_subcommands
 from ._lab import add_compare_subcommand
-from ._cli import parse_mesh
+from .table._groundtruth import add_subcommand as add_groundtruth_subcommand
 
 logger = logging.getLogger("autoparallel_constraints.cli")
 
@@ -76,6 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.set_defaults(func=demo)
     add_compare_subcommand(sub)
     add_coverage_subcommands(sub)
+    add_groundtruth_subcommand(sub)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     return int(args.func(args))

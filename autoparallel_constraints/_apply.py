@@ -33,8 +33,9 @@ import torch
 import torch.fx.traceback as fx_traceback
 from torch.utils._pytree import tree_flatten
 
-from ._placements import fmt_spec
 from ._sizes import SizeCoupling, find_size_couplings, is_dynamic
+from ._state import PlannedRedistribute, get_state
+from .table import default_table
 
 if TYPE_CHECKING:
     from torch.distributed.tensor._dtensor_spec import DTensorSpec
@@ -64,28 +65,6 @@ def apc_redistribute(local: torch.Tensor, source: DTensorSpec, target: DTensorSp
     if source.placements == target.placements and source.shard_order == target.shard_order:
         return local
     return redistribute_local_tensor(local, source, target)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class PlannedRedistribute:
-    """One redistribution the plan needs in front of a table op, and where it landed."""
-
-    node: str  # joint-graph node of the table op
-    op: str
-    arg: str  # argument label, e.g. "values"
-    spec_index: int
-    source: DTensorSpec
-    target: DTensorSpec
-    constraint: str  # the plugin variable/decision that created it
-    cost: float
-    parallel_node: str | None = None  # the node of the parallel graph that completes it
-
-    def describe(self) -> str:
-        where = f" as %{self.parallel_node}" if self.parallel_node else ""
-        return (
-            f"{self.node}.{self.arg}: {fmt_spec(self.source)} -> {fmt_spec(self.target)} "
-            f"[{self.constraint}, cost {self.cost:.3f}]{where}"
-        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -379,9 +358,6 @@ def _explicit_edge(
 def _wrap_apply_placement_common(original: Any) -> Any:
     @functools.wraps(original)
     def _apply_placement_common(self: Any, sharding_placement: dict[torch.fx.Node, Any]) -> Any:
-        from ._plugin import get_state
-        from .table import default_table
-
         state = get_state(self)
         record = ApplyRecord(
             placement=dict(sharding_placement),

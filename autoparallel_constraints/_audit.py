@@ -27,9 +27,10 @@ from typing import Any
 
 import torch
 
-from ._apply import NODE_TAG, OP_TAG, ApplyRecord, EdgeRecord, PlannedRedistribute, op_family
+from ._apply import NODE_TAG, OP_TAG, ApplyRecord, EdgeRecord, op_family
 from ._placements import fmt_spec, local_shape
 from ._sizes import size_mismatches
+from ._state import PlannedRedistribute, get_state
 from .errors import AuditError
 from .table import Table, bind, check, default_table
 
@@ -178,8 +179,6 @@ def audit(autop: Any, *, table: Table | None = None) -> AuditReport:
     step) to have run after ``import autoparallel_constraints``.
     """
     record = _record_of(autop)
-    from ._plugin import get_state
-
     state = get_state(autop)
     if table is None:
         table = state.table if state is not None else default_table()

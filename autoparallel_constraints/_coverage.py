@@ -25,7 +25,6 @@ import argparse
 import json
 import logging
 import random
-import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -473,16 +472,3 @@ def add_subcommands(subparsers: Any) -> None:
     p.add_argument("--cases", type=int, default=2, help="sampled calls per op (default 2)")
     p.add_argument("--examples", type=int, default=3, help="rejected strategies shown per op (default 3)")
     p.set_defaults(func=_crosscheck_cmd)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Standalone entry point: ``python -m autoparallel_constraints._coverage coverage seed``."""
-    parser = argparse.ArgumentParser(prog="python -m autoparallel_constraints._coverage")
-    add_subcommands(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    return int(args.func(args))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

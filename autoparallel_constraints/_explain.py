@@ -32,7 +32,7 @@ from .formulations._pins import site_variables, user_pins
 if TYPE_CHECKING:
     from autoparallel.optimize_sharding import ShardingOptimizer
 
-    from ._plugin import PluginState
+    from ._state import PluginState
     from ._solvers import SolverHook
 
 logger = logging.getLogger(__name__)

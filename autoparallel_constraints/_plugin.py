@@ -12,20 +12,19 @@ import time
 import types
 import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pulp
 import torch
 
 from . import _solvers
-from ._apply import PlannedRedistribute
 from ._cache_guard import check_strategies
-from ._problem import Site, find_sites, strategy_index
-from ._report import ConstraintReport, LazyRound, build_report, emit
+from ._problem import Site, find_sites
+from ._report import LazyRound, build_report, emit
 from ._sizes import build_size_constraints, find_size_couplings, is_dynamic
+from ._state import AddedConstraints, PluginState, families, get_state
 from .errors import ConstraintsError, InvalidOptionError, PluginStateError
-from .formulations import Additions, Formulation, Namer, make_formulation
+from .formulations import Additions, Namer, make_formulation
 from .table import OpRule, Table, default_table
 
 if TYPE_CHECKING:
@@ -34,105 +33,13 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["AddedConstraints", "NoMatchingNodesWarning", "PluginState", "add_op_constraints", "get_state"]
+__all__ = ["NoMatchingNodesWarning", "add_op_constraints", "install"]
 
 MATERIALIZE_MODES = ("table", "all")
 
 
 class NoMatchingNodesWarning(UserWarning):
     """An op asked for in ``add_op_constraints`` does not occur in the traced graph."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class AddedConstraints:
-    """What one ``add_op_constraints`` call added to the ILP."""
-
-    formulation: str
-    rows: tuple[str, ...]  # table rows in force
-    nodes: tuple[str, ...]  # matched joint-graph nodes (every repeated layer)
-    constrained_nodes: tuple[str, ...]  # matched nodes with at least one non-co-sharded strategy
-    size_couplings: tuple[str, ...]  # "<node> dim <i> = <size expression>", see _sizes
-    constraints: dict[str, int]  # family -> count
-    variables: dict[str, int]
-    constraint_names: tuple[str, ...]
-    variable_names: tuple[str, ...]
-    build_seconds: float
-
-    @property
-    def num_constraints(self) -> int:
-        return len(self.constraint_names)
-
-    @property
-    def num_variables(self) -> int:
-        return len(self.variable_names)
-
-    def __str__(self) -> str:
-        fam = ", ".join(f"{k}={v}" for k, v in {**self.constraints, **self.variables}.items()) or "nothing"
-        return (
-            f"{self.formulation}: {len(self.nodes)} table nodes matched, {len(self.constrained_nodes)} "
-            f"with non-co-sharded strategies, {len(self.size_couplings)} size couplings; added {fam} "
-            f"in {self.build_seconds:.3f}s"
-        )
-
-
-@dataclass(kw_only=True)
-class PluginState:
-    """The plugin's bookkeeping for one AutoParallel instance."""
-
-    autop: Any
-    table: Table
-    rules: list[OpRule]
-    formulation: Formulation
-    materialize: str
-    sites: list[Site]
-    additions: Additions
-    added: AddedConstraints
-    solver: _solvers.SolverHook
-    namer: Namer
-    objective_terms: list[tuple[pulp.LpVariable, float]] = field(default_factory=list)
-    report: ConstraintReport | None = None  # of the last solve
-    hook_seconds: float = 0.0  # the plugin's Python work in the optimizer hooks, last solve
-
-    @property
-    def optimizer(self) -> ShardingOptimizer:
-        return self.autop.sharding_optimizer
-
-    def planned_redistributes(self, placement: dict[torch.fx.Node, Any]) -> list[PlannedRedistribute]:
-        """The plugin redistributions the given plan needs, one per (node, offending input).
-
-        A site runs its repaired strategy when the plan picked a strategy ``o`` with a repair
-        ``(root, o)``; every cluster twin of the root gets its own node.
-        """
-        opt = self.optimizer
-        out: list[PlannedRedistribute] = []
-        for site in self.sites:
-            chosen = placement.get(site.orig)
-            if chosen is None:
-                continue
-            o = strategy_index(opt, site.node, chosen)
-            repair = self.additions.repairs.get((site.root_idx, o)) if o is not None else None
-            if repair is None:
-                continue
-            for i, target in repair.targets.items():
-                arg = next((b.label for b in site.binding.args if b.spec_index == i), f"arg{i}")
-                source = chosen.input_specs[i]
-                out.append(
-                    PlannedRedistribute(
-                        node=site.orig.name,
-                        op=site.rule.name,
-                        arg=arg,
-                        spec_index=i,
-                        source=source,
-                        target=type(target)(source.mesh, target.placements, tensor_meta=source.tensor_meta),
-                        constraint=repair.variable,
-                        cost=repair.cost,
-                    )
-                )
-        return out
-
-
-def get_state(autop: Any) -> PluginState | None:
-    return getattr(autop, "_apc_state", None)
 
 
 def _normalize_ops(ops: Any) -> Any:
@@ -256,8 +163,8 @@ def add_op_constraints(
         nodes=nodes,
         constrained_nodes=constrained,
         size_couplings=tuple(c.describe() for c in couplings),
-        constraints=_families(additions.constraints),
-        variables=_families(additions.variables),
+        constraints=families(additions.constraints),
+        variables=families(additions.variables),
         constraint_names=tuple(additions.constraints),
         variable_names=tuple(additions.variables),
         build_seconds=build_seconds,
@@ -284,14 +191,6 @@ def add_op_constraints(
     )
     logger.info("apc: %s (sites %.3fs)", added, t_sites)
     return added
-
-
-def _families(named: dict[str, Any]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for name in named:
-        family = name.rsplit("_", 1)[0]
-        counts[family] = counts.get(family, 0) + 1
-    return dict(sorted(counts.items()))
 
 
 def _warn_missing(opt: ShardingOptimizer, rules: Sequence[OpRule], sites: Sequence[Site], selectors: Any) -> None:

@@ -17,12 +17,15 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ._placements import fmt_spec
+from ._problem import twin_count
 from ._solvers import SolveOutcome
+from ._state import families, get_state
+from .formulations.lazy import chosen_bad_strategy
 
 if TYPE_CHECKING:
     from autoparallel.optimize_sharding import ShardingOptimizer
 
-    from ._plugin import PluginState
+    from ._state import PluginState
 
 logger = logging.getLogger(__name__)
 
@@ -149,9 +152,6 @@ def _decision_value(state: PluginState, name: str) -> float:
 
 def site_outcomes(opt: ShardingOptimizer, state: PluginState) -> list[SiteOutcome]:
     """Every root site whose current plan runs a non-co-sharded strategy, classified."""
-    from ._problem import twin_count
-    from .formulations.lazy import chosen_bad_strategy
-
     twins: dict[int, list[str]] = {}
     for site in state.sites:
         twins.setdefault(site.root_idx, []).append(site.orig.name)
@@ -198,8 +198,6 @@ def build_report(
     """The report for the plan now in the variables' values."""
     import pulp
 
-    from ._plugin import _families
-
     sites = site_outcomes(opt, state)
     objective = pulp.value(opt.prob.objective)
     plugin_objective = sum(cost * float(var.varValue or 0.0) for var, cost in state.objective_terms)
@@ -218,8 +216,8 @@ def build_report(
         rows=state.added.rows,
         table_nodes=len(state.added.nodes),
         constrained_nodes=state.added.constrained_nodes,
-        constraints=_families(state.additions.constraints),
-        variables=_families(state.additions.variables),
+        constraints=families(state.additions.constraints),
+        variables=families(state.additions.variables),
         build_seconds=state.added.build_seconds,
         hook_seconds=hook_seconds,
         objective=None if objective is None else float(objective),
@@ -245,7 +243,5 @@ def emit(report: ConstraintReport) -> None:
 
 def constraint_report(autop: Any) -> ConstraintReport | None:
     """The report of the last solve of ``autop`` (None before ``optimize_placement`` or without the plugin)."""
-    from ._plugin import get_state
-
     state = get_state(autop)
     return None if state is None else state.report

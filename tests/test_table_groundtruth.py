@@ -17,6 +17,7 @@ from torch.distributed.tensor.placement_types import Partial, Replicate, Shard
 
 import autoparallel_constraints as apc
 from autoparallel_constraints.table import ArgSpec, OpRule, PartialCombo, Reduce
+from autoparallel_constraints.__main__ import main as cli_main
 from autoparallel_constraints.table import _groundtruth as gt
 
 aten = torch.ops.aten
@@ -126,8 +127,9 @@ def _mesh(shape):
 
 
 def test_command_line_reports_totals(capsys):
-    """The module's CLI checks the chosen rows and prints per-row counts and the totals."""
-    assert gt.main(["--rows", "aten.mul.Tensor,where", "--mesh", "2", "--mesh", "2x2"]) == 0
+    """``python -m autoparallel_constraints groundtruth`` checks the chosen rows and prints per-row
+    counts and the totals."""
+    assert cli_main(["groundtruth", "--rows", "aten.mul.Tensor,where", "--mesh", "2", "--mesh", "2x2"]) == 0
     out = capsys.readouterr().out
     assert "aten.mul.Tensor" in out and "aten.where.self" in out
     assert "false co-sharded: 0" in out

@@ -24,10 +24,10 @@ from ._model import (
     Reduce,
     Role,
     Take,
-    bind,
     check,
     repair_targets,
 )
+from ._binders import bind
 from ._registry import OpSelector, Table, default_table, validate_row
 
 __all__ = [

@@ -24,9 +24,9 @@ reported per row, not an error (the table is conservative on purpose).
 
 Usage::
 
-    python -m autoparallel_constraints.table._groundtruth            # the CI sample
-    python -m autoparallel_constraints.table._groundtruth --full     # the larger sweep
-    python -m autoparallel_constraints.table._groundtruth --rows add,index_put --mesh 2x2 -v
+    python -m autoparallel_constraints groundtruth            # the CI sample
+    python -m autoparallel_constraints groundtruth --full     # the larger sweep
+    python -m autoparallel_constraints groundtruth --rows add,index_put --mesh 2x2 -v
 
 Exit status 1 when any false co-sharded is found. Rows of ops without a sampler are listed as
 unchecked; :func:`register_sampler` adds one for your own op.
@@ -50,7 +50,8 @@ import torch
 from torch.distributed.tensor.placement_types import Partial, Placement, Replicate, Shard
 
 from .._placements import fmt_placements
-from ._model import Binding, DimKind, OpRule, bind, check
+from ._binders import bind
+from ._model import Binding, DimKind, OpRule, check
 from ._registry import Table, default_table
 
 logger = logging.getLogger(__name__)
@@ -1276,23 +1277,7 @@ def render(reports: Sequence[RowReport], *, verbose: bool = False) -> str:
     return "\n".join(lines)
 
 
-def _parse_mesh(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.lower().split("x"))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autoparallel_constraints.table._groundtruth",
-                                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--full", action="store_true", help="the larger sweep (every sampled case, larger budgets)")
-    parser.add_argument("--rows", default=None, help="comma list of table selectors (names, packets, families)")
-    parser.add_argument("--mesh", action="append", type=_parse_mesh, default=None,
-                        help="mesh shape, repeatable (default: 2, 2x2, 2x4)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--runner", choices=("auto", "local_tensor", "loop"), default="auto",
-                        help="how the op runs on the shards (see RUNNER)")
-    parser.add_argument("-v", "--verbose", action="store_true", help="show missed-opportunity examples")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+def _command(args: argparse.Namespace) -> int:
     global RUNNER
     RUNNER = args.runner
     table = default_table()
@@ -1311,5 +1296,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1 if any(r.false_cosharded for r in reports) else 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def add_subcommand(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``groundtruth`` on the package CLI's subparsers."""
+    from .._cli import parse_mesh
+
+    p = subparsers.add_parser("groundtruth", help="check the table's rows against numerics on simulated ranks",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--full", action="store_true", help="the larger sweep (every sampled case, larger budgets)")
+    p.add_argument("--rows", default=None, help="comma list of table selectors (names, packets, families)")
+    p.add_argument("--mesh", action="append", type=parse_mesh, default=None,
+                   help="mesh shape, repeatable (default: 2, 2x2, 2x4)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--runner", choices=("auto", "local_tensor", "loop"), default="auto",
+                   help="how the op runs on the shards (see RUNNER)")
+    p.add_argument("-v", "--verbose", action="store_true", help="show missed-opportunity examples")
+    p.set_defaults(func=_command)
+    return p

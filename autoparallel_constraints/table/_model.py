@@ -34,7 +34,7 @@ meshes by ``autoparallel_constraints.table._groundtruth``.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -63,7 +63,6 @@ __all__ = [
     "Reduce",
     "Role",
     "Take",
-    "bind",
     "check",
     "repair_targets",
 ]
@@ -367,85 +366,6 @@ def _flag_holds(flag: Flag | None, node: torch.fx.Node) -> bool:
     if value is None and flag.default is not None:
         value = flag.default
     return flag.holds(value)
-
-
-def bind(
-    rule: OpRule, node: torch.fx.Node, is_input: Callable[[torch.fx.Node], bool] = _is_tensor_node
-) -> Binding | None:
-    """Bind ``rule`` to ``node`` (its target must be ``rule.op``).
-
-    ``is_input`` says which argument Nodes own a slot in the strategy's ``input_specs``
-    (autoparallel: the nodes it has strategies for); by default, tensor-valued nodes.
-
-    Returns None when there is nothing to check: the node has no tensor output, the row's
-    alignment cannot read this call (e.g. an einsum equation with a repeated label), or it lacks
-    the arguments the alignment needs.
-    """
-    from ._binders import BINDERS, Raw
-
-    out_val = node.meta.get("val")
-    if isinstance(out_val, torch.Tensor):
-        out_shapes: tuple[tuple[int, ...] | None, ...] = (_shape_of(out_val),)
-    elif isinstance(out_val, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in out_val):
-        out_shapes = tuple(_shape_of(v) for v in out_val)
-    else:
-        return None
-    # input_specs order: tensor-valued Nodes of the flattened positional args (autoparallel's
-    # all_input_nodes), so count them in that order.
-    flat_positions: list[tuple[int, int | None]] = []  # (arg position, list element or None)
-    for pos, a in enumerate(node.args):
-        if isinstance(a, (list, tuple)):
-            for k, elem in enumerate(a):
-                if isinstance(elem, torch.fx.Node) and is_input(elem):
-                    flat_positions.append((pos, k))
-        elif isinstance(a, torch.fx.Node) and is_input(a):
-            flat_positions.append((pos, None))
-    spec_index = {fp: i for i, fp in enumerate(flat_positions)}
-
-    raws: list[Raw] = []
-    scalar_operand = False
-    list_shapes: dict[str, list[tuple[int, ...] | None]] = {}
-    for a in rule.args:
-        if a.position >= len(node.args):
-            continue
-        value = node.args[a.position]
-        if isinstance(value, (list, tuple)):
-            shapes = list_shapes.setdefault(a.name, [])
-            for k, elem in enumerate(value):
-                shape = _shape_of(elem.meta.get("val")) if isinstance(elem, torch.fx.Node) else None
-                shapes.append(shape)
-                if shape is None or (a.position, k) not in spec_index:
-                    continue
-                raws.append(Raw(spec_index[(a.position, k)], f"{a.name}[{k}]", a, shape, k))
-        elif _is_tensor_node(value) and (a.position, None) in spec_index:
-            shape = tuple(int(s) for s in value.meta["val"].shape)
-            raws.append(Raw(spec_index[(a.position, None)], a.name, a, shape, None))
-        elif isinstance(value, (int, float, bool, complex)) and a.partial:
-            scalar_operand = True
-
-    maps = BINDERS[rule.alignment](rule, node, raws, out_shapes, list_shapes)
-    if maps is None:
-        return None
-    arg_maps, out_maps = maps
-    mapped = [BoundArg(r.spec_index, r.label, r.arg, r.shape, tuple(arg_maps[r.label])) for r in raws]
-
-    if rule.partial_only_if is not None and not _flag_holds(rule.partial_only_if, node):
-        active: tuple[PartialCombo, ...] = ()
-    else:
-        active = tuple(c for c in rule.combos if _flag_holds(c.only_if, node))
-    first = next((m for m in out_maps if m is not None), ())
-    return Binding(
-        rule=rule,
-        args=tuple(sorted(mapped, key=lambda b: b.spec_index)),
-        out_shape=out_shapes[0] or (),
-        partial_allowed=bool(active),
-        scalar_operand=scalar_operand,
-        num_inputs=len(flat_positions),
-        out_dim_map=tuple(first),
-        out_dim_maps=tuple(None if m is None else tuple(m) for m in out_maps),
-        out_shapes=out_shapes,
-        active_combos=active,
-    )
 
 
 # ---------------------------------------------------------------------------------------------
