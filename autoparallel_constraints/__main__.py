@@ -8,6 +8,7 @@ compare  the formulation lab: formulations x solvers on seed, falcon or llama3, 
 coverage  ops with two or more tensor inputs in a model's joint graph, and the row of each.
 crosscheck  DTensor/autoparallel strategies the table rejects, checked by numerics.
 groundtruth  every row checked against numerics on simulated ranks (``--full`` for the sweep).
+distributed-seed  one forward+backward step of the seed block on real ranks (under ``torchrun``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ._cli import parse_mesh
 from ._coverage import add_subcommands as add_coverage_subcommands
 from ._lab import add_compare_subcommand
 from .table._groundtruth import add_subcommand as add_groundtruth_subcommand
+from .testing.distributed_seed import add_subcommand as add_distributed_seed_subcommand
 
 logger = logging.getLogger("autoparallel_constraints.cli")
 
@@ -81,6 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_compare_subcommand(sub)
     add_coverage_subcommands(sub)
     add_groundtruth_subcommand(sub)
+    add_distributed_seed_subcommand(sub)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     return int(args.func(args))

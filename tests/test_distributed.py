@@ -22,7 +22,7 @@ DIVERGENCE = ["--config", "16,64,8,64", "--io", "S0,S1", "--memory"]
 def _torchrun(tmp_path: Path, *args: str) -> dict:
     out = tmp_path / "result.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
-           "-m", "autoparallel_constraints.testing.distributed_seed", *args, "--json", str(out)]
+           "-m", "autoparallel_constraints", "distributed-seed", *args, "--json", str(out)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())

@@ -26,7 +26,7 @@ from autoparallel_constraints._report import ARTIFACT_NAME, constraint_report
 from autoparallel_constraints.formulations import FORMULATIONS, make_formulation
 from autoparallel_constraints.formulations.soft import DEFAULT_PENALTY
 from autoparallel_constraints.models import SeedConfig
-from autoparallel_constraints.testing import cpu_mesh, fresh_strategy_cache
+from autoparallel_constraints.testing import cpu_mesh
 from autoparallel_constraints.testing._inject import find_nodes, offer_strategy, pin_strategy, strategy_index
 
 FORMS = ("strict", "explicit", "soft", "lazy")
@@ -73,17 +73,16 @@ class Run:
                 self.names = [*state.additions.constraints, *state.additions.variables]
 
         configure = {"clean": None, "forced": pin_producers, "pinned": pin_illegal}[scenario]
-        with fresh_strategy_cache():
-            try:
-                if scenario == "clean":
-                    self.summary, self.audit = run_seed(formulation, mesh, config=SMALL, after_apply=grab)
-                else:
-                    with offer_pre_fix():
-                        self.summary, self.audit = run_seed(
-                            formulation, mesh, config=SMALL, configure=configure, after_apply=grab
-                        )
-            except apc.ConstraintsError as exc:
-                self.error = exc
+        try:
+            if scenario == "clean":
+                self.summary, self.audit = run_seed(formulation, mesh, config=SMALL, after_apply=grab)
+            else:
+                with offer_pre_fix():
+                    self.summary, self.audit = run_seed(
+                        formulation, mesh, config=SMALL, configure=configure, after_apply=grab
+                    )
+        except apc.ConstraintsError as exc:
+            self.error = exc
 
 
 @pytest.fixture(scope="module")
@@ -212,7 +211,7 @@ def test_soft_penalty_is_a_price_not_a_wall(make_mesh):
     mesh = make_mesh((2, 4))
     with offer_pre_fix():
         base, _ = run_seed(None, mesh, config=SMALL, configure=pin_producers, apply=False)
-    with fresh_strategy_cache(), offer_pre_fix():
+    with offer_pre_fix():
         summary, _ = run_seed(
             "soft", mesh, config=SMALL, configure=pin_producers, apply=False, plugin_options={"penalty": 1e-3}
         )

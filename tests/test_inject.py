@@ -31,7 +31,6 @@ from autoparallel_constraints.models import SEED_CONFIG, SeedBlock
 from autoparallel_constraints.testing._harness import (
     cpu_mesh,
     device_name,
-    fresh_strategy_cache,
     init_fake_process_group,
 )
 from autoparallel_constraints.testing._inject import (
@@ -66,8 +65,8 @@ def mesh() -> DeviceMesh:
 
 @pytest.fixture
 def cpu_cost_model() -> Iterator[None]:
-    """H100 limits for the cost model and an empty, mesh-safe placement-option cache."""
-    with device_name(), fresh_strategy_cache():
+    """H100 limits for the cost model (the plugin's guard keeps the strategy cache mesh-safe)."""
+    with device_name():
         yield
 
 

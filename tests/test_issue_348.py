@@ -59,10 +59,9 @@ def pin_illegal(autop):
 @pytest.fixture(scope="module")
 def baseline(fake_process_group, cpu_device_name):
     """The seed block solved by autoparallel alone (once per module)."""
-    from autoparallel_constraints.testing import cpu_mesh, fresh_strategy_cache
+    from autoparallel_constraints.testing import cpu_mesh
 
-    with fresh_strategy_cache():
-        return run_seed(None, cpu_mesh((2, 4), ("dim0", "dim1")))
+    return run_seed(None, cpu_mesh((2, 4), ("dim0", "dim1")))
 
 
 def test_seed_block_baseline_satisfies_the_table(baseline):

@@ -109,7 +109,7 @@ def test_the_cycle_finder_sees_a_deferred_circle():
     assert find_cycles(graph) == [["a", "b", "c"]]
 
 
-@pytest.mark.parametrize("command", ["demo", "compare", "coverage", "crosscheck", "groundtruth"])
+@pytest.mark.parametrize("command", ["demo", "compare", "coverage", "crosscheck", "groundtruth", "distributed-seed"])
 def test_every_command_line_tool_is_a_subcommand(command):
     """``python -m autoparallel_constraints <command> --help`` answers for every tool."""
     out = subprocess.run(

@@ -22,7 +22,6 @@ from autoparallel_constraints._lab import run_seed
 from autoparallel_constraints._report import constraint_report
 from autoparallel_constraints._solvers import SolverConfig, SolverTimeLimitWarning, install, use_solver
 from autoparallel_constraints.models import SeedConfig
-from autoparallel_constraints.testing import fresh_strategy_cache
 
 SMALL = SeedConfig(num_heads=10, head_dim=16, batch=8, seq=16)
 
@@ -63,14 +62,12 @@ def test_highs_and_cbc_give_the_same_plan(make_mesh):
         seen["report"] = constraint_report(autop)
         seen["hook"] = getattr(autop.sharding_optimizer, "_apc_solver", None)
 
-    with fresh_strategy_cache():
-        alone, report = run_seed(None, mesh, config=SMALL, solver="highs", after_apply=check_values)
+    alone, report = run_seed(None, mesh, config=SMALL, solver="highs", after_apply=check_values)
     assert report.ok and alone.objective == pytest.approx(cbc.objective, rel=1e-9)
     assert seen["values"] <= {0.0, 1.0}
     (outcome,) = seen["hook"].outcomes
     assert outcome.solver == "highs" and outcome.optimal and outcome.status == "Optimal"
-    with fresh_strategy_cache():
-        lazy, report = run_seed("lazy", mesh, config=SMALL, solver="highs", after_apply=check_values)
+    lazy, report = run_seed("lazy", mesh, config=SMALL, solver="highs", after_apply=check_values)
     assert report.ok and lazy.objective == pytest.approx(cbc.objective, rel=1e-9)
     assert seen["report"].solver == "highs" and seen["report"].solves[0].solver == "highs"
     assert alone.solver == lazy.solver == "highs" and cbc.solver == "cbc"

@@ -1,10 +1,10 @@
 """The compatibility table: which tensor inputs of an op must be co-sharded, and how.
 
 * ``_model`` — the data model (rows, argument roles, alignments, Partial combinations) and the
-  co-sharding check; ``_binders`` — each alignment's dim maps;
+  co-sharding check; ``_binders`` — each alignment's dim maps, and ``bind`` (a row to a node);
 * ``_rows`` — the built-in rows, grouped by meaning; ``_registry`` — the table object;
 * ``_groundtruth`` — every row checked numerically on 1-D and 2-D meshes
-  (``python -m autoparallel_constraints.table._groundtruth [--full]``).
+  (``python -m autoparallel_constraints groundtruth [--full]``).
 """
 
 from ._model import (

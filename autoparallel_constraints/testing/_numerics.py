@@ -10,7 +10,8 @@ It runs four steps, each usable on its own:
 1. :func:`build_reference` builds the model and inputs from ``seed``, runs forward once on one
    device, draws a seeded random gradient for every output and back-propagates it.
 2. An ``AutoParallel`` is built on a meta copy of the model with ``dynamic=True`` on a ``"cpu"``
-   mesh (inside :func:`~._harness.device_name` and :func:`~._harness.fresh_strategy_cache`); the
+   mesh (inside :func:`~._harness.device_name`; the plugin's cache guard clears autoparallel's
+   mesh-blind strategy cache when the mesh changes); the
    input, output and parameter-memory constraints and the caller's ``configure`` hook are applied,
    the ILP is solved, and :func:`apply_on_one_rank` builds the parallel joint graph.
 3. :func:`run_parallel_graph` shards every primal and tangent by the placement the plan gives it,
@@ -71,7 +72,7 @@ from torch.distributed.tensor.placement_types import Placement, Replicate, Shard
 
 from .._placements import fmt_placements
 from ..errors import ConstraintsError, InvalidOptionError
-from ._harness import cpu_mesh, device_name, fresh_strategy_cache
+from ._harness import cpu_mesh, device_name
 
 if TYPE_CHECKING:
     from autoparallel.api import AutoParallel
@@ -803,7 +804,7 @@ def run_numerics(
     physical: dict[str, Placements] = {}
     collectives: dict[str, int] = {}
     try:
-        with device_name(), fresh_strategy_cache():
+        with device_name():
             with AutoParallel(meta_model, traced_inputs, mesh, dynamic=True) as autop:
                 stage = "constraints"
                 autop.add_input_constraints(list(input_placements))

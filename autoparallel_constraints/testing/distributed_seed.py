@@ -2,7 +2,7 @@
 
 Run with torch's launcher on the CPU gloo backend (4 processes, a 2x2 mesh)::
 
-    torchrun --standalone --nproc-per-node 4 -m autoparallel_constraints.testing.distributed_seed \\
+    torchrun --standalone --nproc-per-node 4 -m autoparallel_constraints distributed-seed \\
         --mesh 2x2 --formulation explicit --materialize all --json /tmp/apc_dist.json
 
 Every rank builds the single-device reference from the same seed, traces and solves the seed
@@ -20,9 +20,8 @@ import hashlib
 import json
 import logging
 import os
-import sys
 import traceback
-from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -147,18 +146,24 @@ def run(
     }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mesh", default="2x2")
-    parser.add_argument("--formulation", default="explicit")
-    parser.add_argument("--materialize", default="all")
-    parser.add_argument("--config", default="6,8,8,8", help="num_heads,head_dim,batch,seq")
-    parser.add_argument("--io", default="", help="input/output placements, e.g. S0,S1 (default S0,R,...)")
-    parser.add_argument("--memory", action="store_true", help="add the default parameter-memory constraint")
-    parser.add_argument("--inject-swapped", action="store_true",
-                        help="offer and pin index_put's swapped strategy (self (S0,S1), values (S1,S0))")
-    parser.add_argument("--json", default=None)
-    args = parser.parse_args(argv)
+def add_subcommand(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``distributed-seed`` on the package CLI's subparsers (run it under torchrun)."""
+    p = subparsers.add_parser("distributed-seed", help="one step of the seed block on real ranks (under torchrun)",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--mesh", default="2x2")
+    p.add_argument("--formulation", default="explicit")
+    p.add_argument("--materialize", default="all")
+    p.add_argument("--config", default="6,8,8,8", help="num_heads,head_dim,batch,seq")
+    p.add_argument("--io", default="", help="input/output placements, e.g. S0,S1 (default S0,R,...)")
+    p.add_argument("--memory", action="store_true", help="add the default parameter-memory constraint")
+    p.add_argument("--inject-swapped", action="store_true",
+                   help="offer and pin index_put's swapped strategy (self (S0,S1), values (S1,S0))")
+    p.add_argument("--json", default=None)
+    p.set_defaults(func=_command)
+    return p
+
+
+def _command(args: argparse.Namespace) -> int:
     mesh_shape = tuple(int(v) for v in args.mesh.split("x"))
     dist.init_process_group("gloo")
     try:
@@ -181,6 +186,3 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f.write(text)
     return 0 if all(r and r.get("ok") for r in results) else 1
 
-
-if __name__ == "__main__":
-    sys.exit(main())
