@@ -2,17 +2,19 @@
 index_put via list indexing, slicing, broadcasting add/mul/where, cat, scatter) with random sizes
 (uneven ones included; uneven pins on (2,)), meshes (2,), (2,2), (2,4) and input pins; each is solved with the plugin
 (explicit, materialize="all"), applied, audited clean and run under LocalTensorMode against the
-single-device model. CI runs a bounded, derandomized sample; ``-m ondemand`` runs 200 cases.
-A failure shrinks and prints the model as code (ModelSpec.to_code)."""
+single-device model. CI runs a bounded, derandomized sample and asserts what it covered (every
+mesh, index_put, a size coupling, an uneven pin on (2,)); ``-m ondemand`` runs 200 cases. A
+failure shrinks and prints the model as code (ModelSpec.to_code)."""
 
 from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass
 
 import pytest
 import torch
-from hypothesis import HealthCheck, assume, event, given, note, settings
+from hypothesis import HealthCheck, assume, event, example, given, note, settings
 from hypothesis import strategies as st
 from torch.distributed.tensor.placement_types import Replicate, Shard
 
@@ -71,7 +73,17 @@ def _uneven(spec: ModelSpec) -> bool:
     return any(p in sizes and sizes[p] % m for m, p in zip(spec.mesh, spec.input_placements))
 
 
-def check_spec(spec: ModelSpec) -> None:
+@dataclass(frozen=True, slots=True)
+class Covered:
+    """What one checked case exercised, read off the plugin's result (not the generator's draw)."""
+
+    mesh: tuple[int, ...]
+    uneven: bool  # an input pin splits its dim unevenly
+    index_put: bool  # an index_put node in the joint graph
+    size_couplings: tuple[str, ...]  # coupling kinds in the ILP
+
+
+def check_spec(spec: ModelSpec) -> Covered:
     note(spec.to_code())
     # what the sweep covered, in --hypothesis-show-statistics
     event(f"mesh {spec.mesh}")
@@ -92,21 +104,43 @@ def check_spec(spec: ModelSpec) -> None:
         after_apply=lambda autop: audits.append(apc.audit(autop)),
     )
     note(str(report))
-    kinds = sorted({k for k in KINDS if audits and any(f"size.{k}" in n for n in added[0].constraint_names)})
+    kinds = tuple(k for k in KINDS if added and any(n.startswith(f"size.{k}_") for n in added[0].constraint_names))
     event(f"size couplings in the ILP: {', '.join(kinds) or 'none'}")
     assert audits and audits[0].ok, audits[0] if audits else report
     assert report.ok, report
+    index_put = any(n.startswith("index_put") for n in added[0].nodes)
+    return Covered(mesh=spec.mesh, uneven=_uneven(spec), index_put=index_put, size_couplings=kinds)
 
 
 def fuzz_settings(**kwargs) -> settings:
     return settings(deadline=None, suppress_health_check=list(HealthCheck), print_blob=True, database=None, **kwargs)
 
 
-@fuzz_settings(max_examples=int(os.environ.get("APC_FUZZ_EXAMPLES", "10")), derandomize=True)
-@given(model_specs())
-def test_fuzz_sample(spec):
-    """A bounded, reproducible sample (CI): audit clean and numerics exact for every case."""
-    check_spec(spec)
+# The sample's explicit case: seq 5 pinned Shard(1) on (2,) (uneven), whose view of that seq dim
+# is a size.even coupling; the bias gets a gradient through the indexing, so the backward has
+# index_put. The derandomized draws bring the 2-D meshes.
+UNEVEN_1D = ModelSpec(
+    batch=4, seq=5, heads=3, head_dim=2, steps=(Step("bias_add"), Step("slice", 1), Step("index_put", 1)), mesh=(2,),
+    input_placements=("S1",),
+)
+
+
+def test_fuzz_sample():
+    """A bounded, reproducible sample (CI): audit clean and numerics exact for every case, and the
+    sample covers every mesh, index_put, a size coupling in the ILP and an uneven pin on (2,)."""
+    covered: list[Covered] = []
+
+    @fuzz_settings(max_examples=int(os.environ.get("APC_FUZZ_EXAMPLES", "9")), derandomize=True)
+    @example(UNEVEN_1D)
+    @given(model_specs())
+    def sample(spec):
+        covered.append(check_spec(spec))
+
+    sample()
+    assert {c.mesh for c in covered} == set(MESHES), covered
+    assert any(c.index_put for c in covered), covered
+    assert any(c.size_couplings for c in covered), covered
+    assert any(c.uneven and c.mesh == (2,) for c in covered), covered
 
 
 @pytest.mark.ondemand
