@@ -4,7 +4,8 @@ index_put via list indexing, slicing, broadcasting add/mul/where, cat, scatter) 
 (explicit, materialize="all"), applied, audited clean and run under LocalTensorMode against the
 single-device model. CI runs a bounded, derandomized sample and asserts what it covered (every
 mesh, index_put, a size coupling, an uneven pin on (2,)); ``-m ondemand`` runs 200 cases. A
-failure shrinks and prints the model as code (ModelSpec.to_code)."""
+failure shrinks and prints the model as code (ModelSpec.to_code), which the last test checks
+against the menu written out by hand."""
 
 from __future__ import annotations
 
@@ -151,8 +152,46 @@ def test_fuzz_200(spec):
     check_spec(spec)
 
 
+def _menu_by_hand(model: torch.nn.Module, spec: ModelSpec, x: torch.Tensor) -> torch.Tensor:
+    """Each step as the menu in ``_fuzz``'s docstring defines it, written here independently of
+    the code FuzzModel and to_code() generate, with the model's own parameters."""
+    B, S, NH, HD, H = spec.batch, spec.seq, spec.heads, spec.head_dim, spec.hidden
+    for i, step in enumerate(spec.steps):
+        k = step.arg
+        if step.kind == "linear":  # x @ W
+            w = getattr(model, f"w{i}")
+            assert w.shape == (H, H)
+            x = torch.einsum("bsh,hk->bsk", x, w)
+        elif step.kind == "index_put":  # h + h[..., [k], :] broadcast over the heads
+            h = x.reshape(B, S, NH, HD)
+            x = (h + h.select(2, k).unsqueeze(2)).reshape(B, S, H)
+        elif step.kind == "slice":  # heads before k doubled
+            h = x.reshape(B, S, NH, HD)
+            x = (h * torch.where(torch.arange(NH) < k, 2.0, 1.0).view(1, 1, NH, 1)).reshape(B, S, H)
+        elif step.kind == "bias_add":  # x + b, b: [hidden]
+            b = getattr(model, f"b{i}")
+            assert b.shape == (H,)
+            x = x + b
+        elif step.kind == "scale_mul":  # x * s, s: [seq, 1]
+            s = getattr(model, f"s{i}")
+            assert s.shape == (S, 1)
+            x = x * s
+        elif step.kind == "where":  # where(x > 0, x, 0.1 * x)
+            x = torch.nn.functional.leaky_relu(x, 0.1)
+        elif step.kind == "cat":  # second half of the last dim doubled
+            x = x * torch.where(torch.arange(H) < H // 2, 1.0, 2.0)
+        elif step.kind == "scatter":  # x.scatter_add(-1, perm, 0.5 * x): x[perm[j]] += 0.5 x[j]
+            perm = getattr(model, f"perm{i}")
+            assert (perm == perm[0, 0]).all() and sorted(perm[0, 0].tolist()) == list(range(H))
+            x = x + 0.5 * x[..., torch.argsort(perm[0, 0])]
+        else:
+            raise AssertionError(f"menu step {step.kind!r} has no hand-written reference here")
+    return x
+
+
 def test_spec_code_reproduces_the_model():
-    """to_code() prints a model that computes what FuzzModel computes (so a printed repro is real)."""
+    """FuzzModel computes the menu as documented (checked against a hand-written reference), and
+    to_code() prints a model that computes the same (so a printed repro is real)."""
     spec = ModelSpec(batch=4, seq=4, heads=4, head_dim=2, steps=tuple(Step(k, 1) for k in MENU))
     namespace: dict = {}
     code = spec.to_code().split("pins = ")[0]
@@ -162,4 +201,7 @@ def test_spec_code_reproduces_the_model():
     torch.manual_seed(0)
     printed = namespace["Repro"]()
     x = torch.randn(4, 4, 8)
-    torch.testing.assert_close(ours(x), printed(x))
+    with torch.no_grad():
+        expected = _menu_by_hand(ours, spec, x)
+        torch.testing.assert_close(ours(x), expected)
+        torch.testing.assert_close(printed(x), expected)
