@@ -1,6 +1,7 @@
 """Guards the plugin against autoparallel's mesh-blind strategy cache: with the plugin imported, a
-second AutoParallel on another mesh in the same process gets the same plan as a fresh process,
-and an optimizer whose strategies carry another mesh is refused by add_op_constraints."""
+second AutoParallel on another mesh in the same process gets the same plan as a fresh process
+(placements, and the mesh and comm costs each chosen strategy was computed with), and an optimizer whose
+strategies carry another mesh is refused by add_op_constraints."""
 
 from __future__ import annotations
 
@@ -27,21 +28,28 @@ from autoparallel.api import AutoParallel
 import autoparallel_constraints
 from autoparallel_constraints.testing import cpu_mesh, device_name
 
+def mesh_dependent(strategy):
+    # the mesh each output spec was computed for, and the comm costs priced on it: stale caches
+    # serve another mesh's strategies and costs
+    specs = strategy.output_specs if isinstance(strategy.output_specs, (list, tuple)) else [strategy.output_specs]
+    meshes = [tuple(spec.mesh.shape) for spec in specs if spec is not None]
+    return meshes, [[round(c, 6) for c in row] for row in strategy.redistribute_cost]
+
 def plan(shape):
     with torch.device("meta"):
         model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 64))
     with device_name(), AutoParallel(model, lambda: torch.randn(32, 64), cpu_mesh(shape)) as autop:
         placement = autop.optimize_placement()
-    return sorted((n.name, str(s)) for n, s in placement.items())
+    return sorted((n.name, str(s), *mesh_dependent(s)) for n, s in placement.items())
 """
 
 
-def _plan_in_fresh_process(shape: tuple[int, ...]) -> list[tuple[str, str]]:
+def _plan_in_fresh_process(shape: tuple[int, ...]) -> list[tuple[str, str, list, list]]:
     code = PLAN_CODE + f"\nprint(repr(plan({shape!r})))\n"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
-    return eval(out.stdout.strip().splitlines()[-1])  # noqa: S307 - our own repr of str tuples
+    return eval(out.stdout.strip().splitlines()[-1])  # noqa: S307 - our own repr of strs, ints and floats
 
 
 def test_two_meshes_in_one_process_plan_like_separate_processes():
@@ -51,10 +59,11 @@ def test_two_meshes_in_one_process_plan_like_separate_processes():
     exec(textwrap.dedent(PLAN_CODE), namespace)  # noqa: S102
     namespace["plan"]((2, 4))
     in_process = namespace["plan"]((4, 2))
+    assert {m for _, _, meshes, _ in in_process for m in meshes} == {(4, 2)}
     assert in_process == _plan_in_fresh_process((4, 2))
 
 
-def test_stale_strategies_are_refused(make_mesh):
+def test_stale_strategies_are_refused(make_mesh, monkeypatch):
     """Bypass the guard (pretend the cache was filled for the second mesh): add_op_constraints
     finds strategies of the first mesh and raises StaleStrategiesError with the fix."""
     first, second = make_mesh((2, 4)), make_mesh((4, 2))
@@ -62,7 +71,8 @@ def test_stale_strategies_are_refused(make_mesh):
         model = nn.Sequential(nn.Linear(16, 16), nn.ReLU())
     with AutoParallel(model, lambda: torch.randn(8, 16), first):
         pass
-    _cache_guard._filled_for = _cache_guard.mesh_key(second)  # the guard now believes the cache is fresh
+    # the guard now believes the cache is fresh (restored after the test)
+    monkeypatch.setattr(_cache_guard, "_filled_for", _cache_guard.mesh_key(second))
     with AutoParallel(model, lambda: torch.randn(8, 16), second) as autop:
         with pytest.raises(apc.StaleStrategiesError, match=r"computed for mesh \(2, 4\).*mesh is \(4, 2\)"):
             autop.add_op_constraints()

@@ -90,10 +90,12 @@ def test_explicit_on_linked_layers_prices_each_layer_and_materializes_each(make_
             input_placements=[BATCH], output_placements=[BATCH],
             configure=configure, after_apply=after_apply,
         )
+    # two index_put nodes, one cluster root with one repairable strategy (the pinned offer): one variable
+    assert seen["added"].nodes == ("index_put", "index_put_1")
+    assert seen["added"].variables == {"explicit.redistribute": 1}
     assert report.ok, report
     audit = seen["audit"]
     assert audit.ok, audit
-    assert seen["added"].variables == {"explicit.redistribute": seen["added"].variables["explicit.redistribute"]}
     reds = audit.redistributes
     assert [r.node for r in reds] == ["index_put", "index_put_1"]
     assert len({r.constraint for r in reds}) == 1  # one decision for the cluster

@@ -2,17 +2,20 @@
 index_put via list indexing, slicing, broadcasting add/mul/where, cat, scatter) with random sizes
 (uneven ones included; uneven pins on (2,)), meshes (2,), (2,2), (2,4) and input pins; each is solved with the plugin
 (explicit, materialize="all"), applied, audited clean and run under LocalTensorMode against the
-single-device model. CI runs a bounded, derandomized sample; ``-m ondemand`` runs 200 cases.
-A failure shrinks and prints the model as code (ModelSpec.to_code)."""
+single-device model. CI runs a bounded, derandomized sample and asserts what it covered (every
+mesh, index_put, a size coupling, an uneven pin on (2,)); ``-m ondemand`` runs 200 cases. A
+failure shrinks and prints the model as code (ModelSpec.to_code), which the last test checks
+against the menu written out by hand."""
 
 from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass
 
 import pytest
 import torch
-from hypothesis import HealthCheck, assume, event, given, note, settings
+from hypothesis import HealthCheck, assume, event, example, given, note, settings
 from hypothesis import strategies as st
 from torch.distributed.tensor.placement_types import Replicate, Shard
 
@@ -71,7 +74,17 @@ def _uneven(spec: ModelSpec) -> bool:
     return any(p in sizes and sizes[p] % m for m, p in zip(spec.mesh, spec.input_placements))
 
 
-def check_spec(spec: ModelSpec) -> None:
+@dataclass(frozen=True, slots=True)
+class Covered:
+    """What one checked case exercised, read off the plugin's result (not the generator's draw)."""
+
+    mesh: tuple[int, ...]
+    uneven: bool  # an input pin splits its dim unevenly
+    index_put: bool  # an index_put node in the joint graph
+    size_couplings: tuple[str, ...]  # coupling kinds in the ILP
+
+
+def check_spec(spec: ModelSpec) -> Covered:
     note(spec.to_code())
     # what the sweep covered, in --hypothesis-show-statistics
     event(f"mesh {spec.mesh}")
@@ -92,21 +105,43 @@ def check_spec(spec: ModelSpec) -> None:
         after_apply=lambda autop: audits.append(apc.audit(autop)),
     )
     note(str(report))
-    kinds = sorted({k for k in KINDS if audits and any(f"size.{k}" in n for n in added[0].constraint_names)})
+    kinds = tuple(k for k in KINDS if added and any(n.startswith(f"size.{k}_") for n in added[0].constraint_names))
     event(f"size couplings in the ILP: {', '.join(kinds) or 'none'}")
     assert audits and audits[0].ok, audits[0] if audits else report
     assert report.ok, report
+    index_put = any(n.startswith("index_put") for n in added[0].nodes)
+    return Covered(mesh=spec.mesh, uneven=_uneven(spec), index_put=index_put, size_couplings=kinds)
 
 
 def fuzz_settings(**kwargs) -> settings:
     return settings(deadline=None, suppress_health_check=list(HealthCheck), print_blob=True, database=None, **kwargs)
 
 
-@fuzz_settings(max_examples=int(os.environ.get("APC_FUZZ_EXAMPLES", "10")), derandomize=True)
-@given(model_specs())
-def test_fuzz_sample(spec):
-    """A bounded, reproducible sample (CI): audit clean and numerics exact for every case."""
-    check_spec(spec)
+# The sample's explicit case: seq 5 pinned Shard(1) on (2,) (uneven), whose view of that seq dim
+# is a size.even coupling; the bias gets a gradient through the indexing, so the backward has
+# index_put. The derandomized draws bring the 2-D meshes.
+UNEVEN_1D = ModelSpec(
+    batch=4, seq=5, heads=3, head_dim=2, steps=(Step("bias_add"), Step("slice", 1), Step("index_put", 1)), mesh=(2,),
+    input_placements=("S1",),
+)
+
+
+def test_fuzz_sample():
+    """A bounded, reproducible sample (CI): audit clean and numerics exact for every case, and the
+    sample covers every mesh, index_put, a size coupling in the ILP and an uneven pin on (2,)."""
+    covered: list[Covered] = []
+
+    @fuzz_settings(max_examples=int(os.environ.get("APC_FUZZ_EXAMPLES", "9")), derandomize=True)
+    @example(UNEVEN_1D)
+    @given(model_specs())
+    def sample(spec):
+        covered.append(check_spec(spec))
+
+    sample()
+    assert {c.mesh for c in covered} == set(MESHES), covered
+    assert any(c.index_put for c in covered), covered
+    assert any(c.size_couplings for c in covered), covered
+    assert any(c.uneven and c.mesh == (2,) for c in covered), covered
 
 
 @pytest.mark.ondemand
@@ -117,8 +152,46 @@ def test_fuzz_200(spec):
     check_spec(spec)
 
 
+def _menu_by_hand(model: torch.nn.Module, spec: ModelSpec, x: torch.Tensor) -> torch.Tensor:
+    """Each step as the menu in ``_fuzz``'s docstring defines it, written here independently of
+    the code FuzzModel and to_code() generate, with the model's own parameters."""
+    B, S, NH, HD, H = spec.batch, spec.seq, spec.heads, spec.head_dim, spec.hidden
+    for i, step in enumerate(spec.steps):
+        k = step.arg
+        if step.kind == "linear":  # x @ W
+            w = getattr(model, f"w{i}")
+            assert w.shape == (H, H)
+            x = torch.einsum("bsh,hk->bsk", x, w)
+        elif step.kind == "index_put":  # h + h[..., [k], :] broadcast over the heads
+            h = x.reshape(B, S, NH, HD)
+            x = (h + h.select(2, k).unsqueeze(2)).reshape(B, S, H)
+        elif step.kind == "slice":  # heads before k doubled
+            h = x.reshape(B, S, NH, HD)
+            x = (h * torch.where(torch.arange(NH) < k, 2.0, 1.0).view(1, 1, NH, 1)).reshape(B, S, H)
+        elif step.kind == "bias_add":  # x + b, b: [hidden]
+            b = getattr(model, f"b{i}")
+            assert b.shape == (H,)
+            x = x + b
+        elif step.kind == "scale_mul":  # x * s, s: [seq, 1]
+            s = getattr(model, f"s{i}")
+            assert s.shape == (S, 1)
+            x = x * s
+        elif step.kind == "where":  # where(x > 0, x, 0.1 * x)
+            x = torch.nn.functional.leaky_relu(x, 0.1)
+        elif step.kind == "cat":  # second half of the last dim doubled
+            x = x * torch.where(torch.arange(H) < H // 2, 1.0, 2.0)
+        elif step.kind == "scatter":  # x.scatter_add(-1, perm, 0.5 * x): x[perm[j]] += 0.5 x[j]
+            perm = getattr(model, f"perm{i}")
+            assert (perm == perm[0, 0]).all() and sorted(perm[0, 0].tolist()) == list(range(H))
+            x = x + 0.5 * x[..., torch.argsort(perm[0, 0])]
+        else:
+            raise AssertionError(f"menu step {step.kind!r} has no hand-written reference here")
+    return x
+
+
 def test_spec_code_reproduces_the_model():
-    """to_code() prints a model that computes what FuzzModel computes (so a printed repro is real)."""
+    """FuzzModel computes the menu as documented (checked against a hand-written reference), and
+    to_code() prints a model that computes the same (so a printed repro is real)."""
     spec = ModelSpec(batch=4, seq=4, heads=4, head_dim=2, steps=tuple(Step(k, 1) for k in MENU))
     namespace: dict = {}
     code = spec.to_code().split("pins = ")[0]
@@ -128,4 +201,7 @@ def test_spec_code_reproduces_the_model():
     torch.manual_seed(0)
     printed = namespace["Repro"]()
     x = torch.randn(4, 4, 8)
-    torch.testing.assert_close(ours(x), printed(x))
+    with torch.no_grad():
+        expected = _menu_by_hand(ours, spec, x)
+        torch.testing.assert_close(ours(x), expected)
+        torch.testing.assert_close(printed(x), expected)

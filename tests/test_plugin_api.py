@@ -8,7 +8,7 @@ import pytest
 import torch
 from autoparallel.api import AutoParallel
 from torch import nn
-from torch.distributed.tensor.placement_types import Replicate, Shard
+from torch.distributed.tensor.placement_types import Shard
 
 import autoparallel_constraints as apc
 
@@ -40,16 +40,19 @@ def _problem_fingerprint(opt):
 def test_add_op_constraints_is_installed_and_reports_families(make_mesh):
     """After import, AutoParallel has add_op_constraints; names are <formulation>.<family>_<idx>
     (a swapped add strategy, self (S0,S1) with other (S1,S0), is offered so strict has something
-    to forbid; square batch x seq keeps the local shapes equal, as autoparallel's cost model needs)."""
-    from autoparallel_constraints.testing import offer_strategy
+    to forbid; square batch x seq keeps the local shapes equal, as autoparallel's cost model needs).
+    The solver avoids the offered strategy, and picks it again once the forbid rows are removed:
+    input (S1,S0), output (S0,S1) and a 512x512 batch x seq make it the cheapest plan."""
+    from autoparallel_constraints.testing import chosen_strategy, find_nodes, offer_strategy
 
     assert AutoParallel.add_op_constraints is apc.add_op_constraints
     s01, s10 = (Shard(0), Shard(1)), (Shard(1), Shard(0))
     bad_add = offer_strategy(torch.ops.aten.add.Tensor, input_placements=[s01, s10], output_placements=s01)
     with torch.device("meta"):
         model = AddMul()
-    with bad_add, AutoParallel(model, lambda: torch.randn(8, 8, 16), make_mesh((2, 2))) as autop:
-        autop.add_input_constraints([(Shard(0), Replicate())])
+    with bad_add as offered, AutoParallel(model, lambda: torch.randn(512, 512, 16), make_mesh((2, 2))) as autop:
+        autop.add_input_constraints([s10])
+        autop.add_output_constraints([s01])
         added = autop.add_op_constraints(["add", torch.ops.aten.mul.Tensor], formulation="strict")
         assert set(added.rows) == {"aten.add.Tensor", "aten.mul.Tensor"}
         assert added.nodes and set(added.constrained_nodes) <= set(added.nodes)
@@ -57,6 +60,13 @@ def test_add_op_constraints_is_installed_and_reports_families(make_mesh):
         assert set(added.constraint_names) <= set(autop.sharding_optimizer.prob.constraints)
         assert added.constraints == {"strict.forbid": len(added.constraint_names)}
         autop.optimize_placement()
+        (offer,) = offered  # the one add node got the swapped strategy
+        (add,) = [n for n in find_nodes(autop, torch.ops.aten.add.Tensor) if n.name == offer.node_name]
+        bad = autop.sharding_optimizer.strats[add].strategies[offer.strategy_index]
+        assert chosen_strategy(autop, add) is not bad, f"strict let the solver choose {bad}"
+        opt = autop.sharding_optimizer
+        opt.remove_constraints(added.constraint_names)
+        assert chosen_strategy(autop, add, opt.resolve()) is bad  # what strict kept out
 
 
 @pytest.mark.parametrize(

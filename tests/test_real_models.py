@@ -1,9 +1,10 @@
 """Guards the plugin on real models built locally (no downloads): HF transformers'
 FalconForCausalLM (tiny config, multi_query, new_decoder_architecture=False, use_cache=False — its
 ``fused_qkv[..., [-2], :]`` puts index_put in the backward) and autoparallel's llama3 test model
-(2 layers, small dims), on a 2x2 CPU mesh with the parameter-memory constraint: the baseline is
-audited, and with the plugin (explicit, materialize="all") the audit is clean and the forward
-output and every gradient match the single-device model under LocalTensorMode."""
+(2 layers, small dims), on a 2x2 CPU mesh with the parameter-memory constraint: the baseline's
+audit is clean too (no violation of any kind), and with the plugin (explicit, materialize="all")
+the audit is clean and the forward output and every gradient match the single-device model under
+LocalTensorMode."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ class Logits(nn.Module):
 @pytest.mark.parametrize("name", sorted(MODELS))
 @pytest.mark.parametrize("plugin", [False, True], ids=["baseline", "plugin"])
 def test_real_model_audited_and_exact(name, plugin):
-    """Baseline: audited (the verdict is recorded); plugin: audit clean with every planned
+    """Baseline: audit clean, no plugin node; plugin: audit clean with every planned
     redistribution a named node; both: numbers equal to single device."""
     model_fn, input_fn = MODELS[name]()
     audits: list = []
@@ -53,8 +54,9 @@ def test_real_model_audited_and_exact(name, plugin):
     )
     (audit,) = audits
     assert audit.table_nodes > 50  # the table covers the model's ops
-    print(f"{name} {'plugin' if plugin else 'baseline'}: {audit.verdict}, {len(audit.redistributes)} redistributes")
+    assert audit.ok, audit  # baseline too: measured clean (falcon 93 table ops, llama3 138)
     if plugin:
-        assert audit.ok, audit
         assert audit.redistributes and all(r.parallel_node for r in audit.redistributes)
+    else:
+        assert audit.redistributes == ()
     assert report.ok, report
