@@ -61,6 +61,7 @@ def test_strict_constrains_cluster_roots_only(make_mesh):
     assert table_rows == {"strict.forbid": len(roots_with_bad)}
 
 
+@pytest.mark.full
 def test_explicit_on_linked_layers_prices_each_layer_and_materializes_each(make_mesh):
     """The pinned illegal strategy binds both layers: one redistribute variable, its cost counted
     twice in the objective, two named nodes, audit clean and every number exact."""

@@ -126,6 +126,7 @@ UNEVEN_1D = ModelSpec(
 )
 
 
+@pytest.mark.full
 def test_fuzz_sample():
     """A bounded, reproducible sample (CI): audit clean and numerics exact for every case, and the
     sample covers every mesh, index_put, a size coupling in the ILP and an uneven pin on (2,)."""

@@ -40,7 +40,7 @@ def _stale_strategy_count(mesh) -> tuple[int, int]:
         return sum(tuple(m.shape) != tuple(mesh.shape) for m in meshes), len(meshes)
 
 
-def test_strategy_cache_is_mesh_blind_and_the_fixture_clears_it(make_mesh, monkeypatch):
+def test_strategy_cache_is_mesh_blind_and_the_fixture_clears_it(make_mesh, monkeypatch, fresh_strategies):
     """(2,4) then (4,2) in one process: without clearing, the second run's strategies still carry
     the (2,4) mesh; cleared between runs (what ``fresh_strategies`` does), none do."""
     from autoparallel_constraints import _cache_guard
@@ -49,7 +49,7 @@ def test_strategy_cache_is_mesh_blind_and_the_fixture_clears_it(make_mesh, monke
     reset_strategy_cache()
     _stale_strategy_count(first)
     # the plugin's guard would clear the cache here; make it believe the cache is the second mesh's
-    # (restored after the test)
+    # (restored after the test; fresh_strategies empties the cache this leaves mixed)
     monkeypatch.setattr(_cache_guard, "_filled_for", _cache_guard.mesh_key(second))
     stale, total = _stale_strategy_count(second)  # no reset in between: the upstream hazard
     assert total and stale == total, (stale, total)

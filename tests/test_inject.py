@@ -43,7 +43,6 @@ from autoparallel_constraints.testing._inject import (
 )
 
 # Every test builds the seed block at the seed's sizes on a 2x4 mesh.
-pytestmark = pytest.mark.slow
 
 INDEX_PUT = torch.ops.aten.index_put.default
 RR = (Replicate(), Replicate())
@@ -143,6 +142,7 @@ def test_solver_picks_offered_index_put_strategy_and_inductor_fails_like_issue_3
                 lower_with_inductor(autop)
 
 
+@pytest.mark.full
 def test_seed_block_without_injection_lowers(mesh, cpu_cost_model):
     """Guards the control: without an offered strategy the default plan has no pre-fix index_put
     strategy to pick, and the same lowering succeeds."""

@@ -34,8 +34,16 @@ FEATURES = {
 }
 
 
-@pytest.mark.parametrize("formulation", ["strict", "explicit"])
-@pytest.mark.parametrize("feature", sorted(FEATURES))
+# The default tier runs one cell per formulation; the full tier the whole matrix.
+DEFAULT_CELLS = {("io_constraints", "explicit"), ("memory_constraint", "strict")}
+CELLS = [
+    pytest.param(feature, formulation, marks=() if (feature, formulation) in DEFAULT_CELLS else pytest.mark.full)
+    for feature in sorted(FEATURES)
+    for formulation in ("strict", "explicit")
+]
+
+
+@pytest.mark.parametrize(("feature", "formulation"), CELLS)
 def test_interop_matrix(feature, formulation):
     """Each autoparallel feature with each formulation (materialize="all"): audit clean, exact."""
     model_fn, io, memory, extra = FEATURES[feature]

@@ -23,7 +23,6 @@ from autoparallel_constraints.testing._inject import (
     strategy_index,
 )
 
-pytestmark = pytest.mark.slow
 
 INDEX_PUT = torch.ops.aten.index_put.default
 RS0 = (Replicate(), Shard(0))

@@ -94,6 +94,7 @@ NATURAL_CASES = {
 }
 
 
+@pytest.mark.full
 @pytest.mark.parametrize("case", sorted(NATURAL_CASES))
 def test_more_natural_divergences_fixed_by_materialize_all(case):
     """Two more natural PR #517 cases (other sizes and meshes, io (S0,S1)): proj.weight's gradient

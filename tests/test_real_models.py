@@ -16,7 +16,7 @@ import autoparallel_constraints as apc
 from autoparallel_constraints.models import falcon_tiny, llama3_small
 from autoparallel_constraints.testing import run_numerics
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.full
 
 MODELS = {"falcon": falcon_tiny, "llama3": llama3_small}
 BATCH = [(Shard(0), Replicate())]

@@ -48,6 +48,7 @@ def _fingerprint(opt):
     return (tuple(opt.prob.constraints), len(opt.prob.variables()), str(opt.prob.objective))
 
 
+@pytest.mark.full
 def test_highs_and_cbc_give_the_same_plan(make_mesh):
     """Seed block (small), 2x4: autoparallel alone with CBC, alone with HiGHS (use_solver) and lazy
     with HiGHS reach the same objective and a clean audit; HiGHS's variable values are exact 0/1,
