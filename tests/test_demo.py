@@ -4,10 +4,14 @@ interleaved order of runs with a discarded warm-up round."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from autoparallel_constraints._stats import Ratio, Spread, interleave, paired_ratio, round_order
 from autoparallel_constraints.errors import InvalidOptionError
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # ---------------------------------------------------------------------------------------------
 # the statistics helper
@@ -86,3 +90,17 @@ def test_interleave_discards_the_warmup_and_reverses_every_other_round():
         interleave(["a"], run, repeat=0)
     with pytest.raises(InvalidOptionError, match="distinct"):
         interleave(["a", "a"], run, repeat=1)
+
+
+def test_benchmark_bound_verdicts_use_the_same_rule():
+    """bench_formulations: ok when every repeat meets the bound, MISSED when none does,
+    undecided when the spread contains it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench", ROOT / "benchmarks" / "bench_formulations.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.bound_verdict(Spread.of([1.01, 1.04]), 1.05, at_most=True) == "ok"
+    assert bench.bound_verdict(Spread.of([1.06, 1.20]), 1.05, at_most=True) == "MISSED"
+    assert bench.bound_verdict(Spread.of([1.00, 1.10]), 1.05, at_most=True).startswith("undecided")
+    assert bench.bound_verdict(Spread.of([4.0, 5.0]), 3.0, at_most=False) == "ok"
