@@ -1,9 +1,18 @@
-"""Guards the statistics every printed ratio goes through (``autoparallel_constraints._stats``):
-medians and min–max of repeats, paired ratios whose spread decides "within noise", and the
-interleaved order of runs with a discarded warm-up round."""
+"""Guards the demo (``python -m autoparallel_constraints demo``) and the statistics every printed
+ratio goes through (``autoparallel_constraints._stats``): medians and min–max of repeats, paired
+ratios whose spread decides "within noise", and the interleaved order of runs with a discarded
+warm-up round. The demo itself runs once (``--quick``) and must tell the story in order: the
+forced #348 case crashes Inductor and is flagged without the plugin and is clean with it; the
+swapped case is wrong with matching shapes and exact with the plugin; the PR #517 case is 2x off
+without the plugin and exact with the call the demo names; the time section shows paired ratios
+with their spread."""
 
 from __future__ import annotations
 
+import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +21,7 @@ from autoparallel_constraints._stats import Ratio, Spread, interleave, paired_ra
 from autoparallel_constraints.errors import InvalidOptionError
 
 ROOT = Path(__file__).resolve().parents[1]
+ISSUE_348 = "Broadcast failed in ExpandView([16, 32, 1, 64], [4, 128, 1, 64])"
 
 # ---------------------------------------------------------------------------------------------
 # the statistics helper
@@ -104,3 +114,117 @@ def test_benchmark_bound_verdicts_use_the_same_rule():
     assert bench.bound_verdict(Spread.of([1.06, 1.20]), 1.05, at_most=True) == "MISSED"
     assert bench.bound_verdict(Spread.of([1.00, 1.10]), 1.05, at_most=True).startswith("undecided")
     assert bench.bound_verdict(Spread.of([4.0, 5.0]), 3.0, at_most=False) == "ok"
+
+
+# ---------------------------------------------------------------------------------------------
+# the demo, run once
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """``python -m autoparallel_constraints demo --quick --json FILE`` in a subprocess (its own
+    harness, as a user runs it): return code, stdout, stderr and the JSON."""
+    out = tmp_path_factory.mktemp("demo") / "demo.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "autoparallel_constraints", "demo", "--quick", "--json", str(out)],
+        capture_output=True, text=True, timeout=900, cwd=ROOT, check=False,
+    )
+    payload = json.loads(out.read_text()) if out.exists() else None
+    return proc, payload
+
+
+def _section(stdout: str, number: int) -> str:
+    match = re.search(rf"^{number}\. .*?(?=^\d\. |^demo wall time)", stdout, re.DOTALL | re.MULTILINE)
+    assert match, stdout
+    return match.group(0)
+
+
+@pytest.mark.full
+def test_demo_runs_and_says_the_fix_holds(demo):
+    """Exit 0 (every with-plugin verdict holds), four sections in order, a progress line per
+    run on stderr, the wall time printed."""
+    proc, payload = demo
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    heads = re.findall(r"^(\d)\. ", proc.stdout, re.MULTILINE)
+    assert heads == ["1", "2", "3", "4"], proc.stdout
+    assert re.search(r"^demo wall time \d+\.\ds$", proc.stdout, re.MULTILINE)
+    for n in range(1, 5):
+        assert f"[demo {n}/4]" in proc.stderr
+    assert "[1/6] seed none/cbc (warm-up) ..." in proc.stderr
+    assert payload["fixed"] is True and payload["wall_s"] > 0
+
+
+@pytest.mark.full
+def test_demo_forced_348_crashes_without_and_lowers_with_the_plugin(demo):
+    """Section 1: without the plugin index_put runs the illegal pair, the audit flags it and
+    Inductor fails with the issue's message; with add_op_constraints() clean and lowered; the
+    price is printed against the run without."""
+    proc, payload = demo
+    without, with_plugin = payload["forced_348"]
+    assert without["index_put"] == "self (R, S(0)), values (R, S(1))"
+    assert without["flagged"] == ["not_cosharded index_put"]
+    assert ISSUE_348 in without["inductor_error"]
+    assert with_plugin["call"] == "add_op_constraints()"
+    assert with_plugin["flagged"] == [] and with_plugin["inductor_error"] is None
+    assert with_plugin["objective"] >= without["objective"]  # the legal plan can't be cheaper
+    text = _section(proc.stdout, 1)
+    before, after = text.split("add_op_constraints()", 1)
+    assert "Inductor fails: " in before and ISSUE_348 in before and "audit flags not_cosharded index_put" in before
+    assert "audit clean" in after and "Inductor lowers the parallel graph" in after
+    assert re.search(r"price\s+objective [\d.]+ vs [\d.]+ without \([+-][\d.]+ %\), comm cost", after)
+
+
+@pytest.mark.full
+def test_demo_swapped_case_is_wrong_with_matching_shapes_and_exact_with_the_plugin(demo):
+    """Section 2: no error, matching leading local shapes and a wrong gradient without the
+    plugin; max error 0 with it."""
+    proc, payload = demo
+    without, with_plugin = payload["swapped"]
+    assert without["error"] is None and not without["ok"] and without["max_abs_err"] > 0
+    assert without["flagged"] == ["not_cosharded index_put"]
+    assert without["local_shapes"] == ["self [4, 4, 6, 8]", "values [4, 4, 1, 8]"]
+    assert with_plugin["ok"] and with_plugin["max_abs_err"] == 0 and with_plugin["flagged"] == []
+    text = _section(proc.stdout, 2)
+    assert "WRONG: grad:proj.weight max error" in text and "exact: output and 1 gradient" in text
+
+
+@pytest.mark.full
+def test_demo_pr517_case_names_the_call_that_makes_it_exact(demo):
+    """Section 3: 2x the reference's norm without the plugin; the default call is reported as
+    it is (its materialize read from the signature); the last call is exact (within tolerance)."""
+    proc, payload = demo
+    runs = payload["partial_517"]
+    assert runs[0]["worst"] == "grad:proj.weight" and runs[0]["ratio"] == pytest.approx(2.0, abs=1e-3)
+    assert any(f.startswith("edge_diverges") for f in runs[0]["flagged"])
+    assert runs[1]["call"] == "add_op_constraints()"
+    if runs[1]["ok"]:  # a default that is already exact needs no further call
+        assert len(runs) == 2
+    else:
+        assert runs[1]["ratio"] == pytest.approx(2.0, abs=1e-3) and payload["default_materialize"] != "all"
+        assert len(runs) == 3 and runs[2]["call"] == "add_op_constraints(materialize='all')"
+    assert runs[-1]["ok"] and runs[-1]["flagged"] == []
+    text = _section(proc.stdout, 3)
+    assert f"(default: materialize={payload['default_materialize']!r})" in text
+    assert "2.000x the reference's norm" in text
+
+
+@pytest.mark.full
+def test_demo_time_section_reports_paired_ratios_with_spread(demo):
+    """Section 4: two measured repeats per row after one warm-up run each, every sample in the
+    JSON, and the printed verdict follows the paired ratios' min–max."""
+    proc, payload = demo
+    cost = payload["cost"]
+    assert cost["repeat"] == 2 and cost["warmup"] == 1
+    assert [r["label"] for r in cost["rows"]] == ["none/cbc", "explicit/cbc"]
+    for row in cost["rows"]:
+        assert len(row["samples"]) == 2 and len(row["warmups"]) == 1
+        assert row["build_solve_s"]["samples"] == [s["build_s"] + s["solve_s"] for s in row["samples"]]
+    base, plugin = cost["rows"]
+    wall = cost["ratios"]["explicit/cbc"]["wall"]
+    pairs = [a / b for a, b in zip(plugin["build_solve_s"]["samples"], base["build_solve_s"]["samples"])]
+    assert wall["samples"] == pytest.approx(pairs)
+    assert wall["within_noise"] == (min(pairs) <= 1.0 <= max(pairs))
+    text = _section(proc.stdout, 4)
+    assert "median [min-max] of 2 interleaved repeats per row after 1 warm-up round (discarded)" in text
+    line = next(line for line in text.splitlines() if "explicit/cbc / none/cbc build+solve" in line)
+    assert f"wall {wall['median']:.3f}x [{min(pairs):.3f}–{max(pairs):.3f}] {wall['verdict']}" in line
