@@ -780,11 +780,12 @@ def compare_figure(result: CompareResult) -> Any:
     ax_t.errorbar(
         xs, [w.median for w in walls],
         yerr=[[w.median - w.low for w in walls], [w.high - w.median for w in walls]],
-        fmt="none", ecolor="black", elinewidth=1.5, capsize=6, label="build+solve min-max",
+        fmt="k_", markersize=14, ecolor="black", elinewidth=1.5, capsize=6,
+        label="build+solve median, min-max",
     )
     for x, w in zip(xs, walls):
         ax_t.plot([x + 0.22] * w.n, w.samples, "k.", markersize=4)
-    ax_t.set_title(f"build+solve per row (s), {result.repeat} repeats")
+    ax_t.set_title(f"seconds per row: median build + median solve; {result.repeat} repeats", fontsize=10)
     ax_t.set_xticks(xs, labels, rotation=30, ha="right")
     ax_t.set_ylim(0, 1.25 * max(max(w.high for w in walls), max(b + s for b, s in zip(build, solve))))
     ax_t.legend(loc="upper right", ncols=2, fontsize=8)
@@ -801,7 +802,6 @@ def compare_figure(result: CompareResult) -> Any:
                 ax_r.errorbar(
                     [i + offset], [s.median], yerr=[[s.median - s.low], [s.high - s.median]], fmt="o",
                     color=color, mfc="white" if ratio.within_noise else color, capsize=5, elinewidth=1.5,
-                    label=kind if i == 0 else None,
                 )
         ax_r.axhline(1.0, color="grey", linestyle="--", linewidth=1)
         spreads = [pair[kind].spread for pair in ratios.values() for kind in ("wall", "cpu")]
@@ -811,7 +811,11 @@ def compare_figure(result: CompareResult) -> Any:
         ax_r.set_xticks(rx, others, rotation=30, ha="right")
         ax_r.set_xlim(-0.6, len(others) - 0.4)
         ax_r.set_title(f"build+solve / {base.label} (paired; hollow = within noise)", fontsize=10)
-        ax_r.legend(loc="upper right", ncols=2, fontsize=8)
+        from matplotlib.lines import Line2D
+
+        handles = [Line2D([], [], marker="o", color=c, linestyle="none", label=k)
+                   for k, c in (("wall", "#4c72b0"), ("cpu", "#55a868"))]
+        ax_r.legend(handles=handles, loc="upper right", ncols=2, fontsize=8)
     else:
         ax_r.set_axis_off()
         ax_r.text(0.5, 0.5, "no none/cbc row: no ratios", ha="center", va="center")
