@@ -11,10 +11,13 @@ The lab::
     python -m autoparallel_constraints compare --model seed --mesh 2x4 \
         --formulations none,strict,explicit,soft,lazy --solvers cbc,highs --json lab.json --png lab.png
 
-runs every formulation × solver (``none`` = autoparallel alone, with that solver) round-robin in
-one process, prints one table (variables, constraints, build s, solve s, objective, comm cost,
-redistributes inserted, audit verdict), writes the rows as JSON and draws a bar chart of time and
-cost per run (matplotlib, the ``lab`` extra).
+runs every formulation × solver (``none`` = autoparallel alone, with that solver) in one process,
+interleaved: one warm-up round over every row (discarded), then ``--repeat`` rounds (3 by default),
+the order reversed every other round. It prints one table (variables, constraints, the median and
+min–max of build+solve wall and CPU seconds, objective, comm cost, redistributes inserted, audit
+verdict) and each row's build+solve over autoparallel alone with CBC as a paired ratio with its
+spread: "within noise" when the spread contains 1.0 (``_stats``). It writes every repeat as JSON
+and draws the times with error bars, the ratios and the costs (matplotlib, the ``lab`` extra).
 """
 
 from __future__ import annotations
@@ -29,34 +32,43 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 import torch
 from torch.distributed.tensor.placement_types import Placement, Replicate, Shard
 
-from ._cli import parse_mesh
 from ._audit import AuditReport, audit
+from ._cli import parse_mesh
+from ._stats import Ratio, Spread, interleave, paired_ratio
 from .errors import InvalidOptionError
 from .models import SEED_CONFIG, SeedBlock, SeedConfig
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "COMPARE_COLUMNS",
     "LAB_MODELS",
+    "CompareResult",
     "LabModel",
+    "RowRuns",
     "RunSummary",
     "add_compare_subcommand",
     "compare",
+    "compare_figure",
+    "compare_rows",
     "draw_png",
     "lab_model",
+    "ratio_lines",
     "render_compare",
     "render_table",
+    "result_payload",
     "run_model",
     "run_seed",
     "write_json",
 ]
 
 BASELINE = "none"
+R = TypeVar("R")
 
 
 def _cpu_seconds() -> float:
@@ -107,46 +119,14 @@ class RunSummary:
         return f"{self.formulation}/{self.solver}"
 
 
-COLUMNS: tuple[tuple[str, str, Callable[[RunSummary], str]], ...] = (
-    ("formulation", "<", lambda r: r.formulation),
-    ("variables", ">", lambda r: f"{r.variables:,}"),
-    ("constraints", ">", lambda r: f"{r.constraints:,}"),
-    ("build s", ">", lambda r: f"{r.build_s:.2f}"),
-    ("plugin s", ">", lambda r: f"{r.plugin_s:.3f}"),
-    ("solve s", ">", lambda r: f"{r.solve_s:.2f}"),
-    ("objective", ">", lambda r: f"{r.objective:.3f}"),
-    ("table ops", ">", lambda r: str(r.table_nodes)),
-    ("constrained", ">", lambda r: str(r.constrained_nodes)),
-    ("redistributes", ">", lambda r: str(r.redistributes)),
-    ("audit", "<", lambda r: r.audit),
-)
-
-
-COMPARE_COLUMNS: tuple[tuple[str, str, Callable[[RunSummary], str]], ...] = (
-    ("formulation", "<", lambda r: r.formulation),
-    ("solver", "<", lambda r: r.solver),
-    ("variables", ">", lambda r: f"{r.variables:,}"),
-    ("constraints", ">", lambda r: f"{r.constraints:,}"),
-    ("build s", ">", lambda r: f"{r.build_s:.2f}"),
-    ("plugin s", ">", lambda r: f"{r.plugin_s + r.plugin_hook_s:.3f}"),
-    ("solve s", ">", lambda r: f"{r.solve_s:.2f}"),
-    ("rounds", ">", lambda r: str(r.rounds)),
-    ("objective", ">", lambda r: f"{r.objective:.3f}"),
-    ("comm cost", ">", lambda r: f"{r.comm_cost:.3f}"),
-    ("redistributes", ">", lambda r: str(r.redistributes)),
-    ("gave way", ">", lambda r: str(r.gave_way)),
-    ("audit", "<", lambda r: r.audit),
-)
-
-
-def render_table(
-    rows: Sequence[RunSummary], columns: Sequence[tuple[str, str, Callable[[RunSummary], str]]] = COLUMNS
-) -> str:
-    """A plain-text table, one row per run."""
+def render_table(rows: Sequence[R], columns: Sequence[tuple[str, str, Callable[[R], str]]]) -> str:
+    """A plain-text table, one line per row; ``columns`` are (header, alignment, cell)."""
     cells = [[fmt(r) for _, _, fmt in columns] for r in rows]
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, (h, _, _) in enumerate(columns)]
+
     def line(values: Sequence[str]) -> str:
         return "  ".join(f"{v:{a}{w}}" for v, (_, a, _), w in zip(values, columns, widths))
+
     out = [line([h for h, _, _ in columns]), line(["-" * w for w in widths])]
     out += [line(c) for c in cells]
     return "\n".join(out)
@@ -455,33 +435,125 @@ def lab_model(
     return LAB_MODELS[name](tuple(int(s) for s in mesh_shape), size=size, layers=layers, dim=dim)
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RowRuns:
+    """One lab row (formulation × solver): its measured repeats, in round order, and its warm-up
+    runs (discarded from every figure, kept for the record)."""
+
+    formulation: str
+    solver: str
+    runs: tuple[RunSummary, ...]
+    warmups: tuple[RunSummary, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return f"{self.formulation}/{self.solver}"
+
+    @property
+    def first(self) -> RunSummary:
+        """The first measured run: ILP size, objective, audit (the same in every repeat, see
+        :attr:`varies`)."""
+        return self.runs[0]
+
+    def spread(self, metric: Callable[[RunSummary], float]) -> Spread:
+        return Spread.of([metric(r) for r in self.runs])
+
+    @property
+    def wall(self) -> Spread:
+        """build+solve wall seconds over the repeats."""
+        return self.spread(lambda r: r.build_solve_s)
+
+    @property
+    def cpu(self) -> Spread:
+        """build+solve CPU seconds (process + CBC subprocess) over the repeats."""
+        return self.spread(lambda r: r.build_solve_cpu_s)
+
+    @property
+    def varies(self) -> tuple[str, ...]:
+        """Fields other than timings that were not the same in every repeat (expected: none)."""
+        fields = ("variables", "constraints", "objective", "redistributes", "audit", "rounds")
+        return tuple(f for f in fields if len({getattr(r, f) for r in self.runs}) > 1)
+
+
+def _seconds(metric: Callable[[RunSummary], float], fmt: str = ".2f") -> Callable[[RowRuns], str]:
+    return lambda row: row.spread(metric).format(fmt)
+
+
+COMPARE_COLUMNS: tuple[tuple[str, str, Callable[[RowRuns], str]], ...] = (
+    ("formulation", "<", lambda r: r.formulation),
+    ("solver", "<", lambda r: r.solver),
+    ("variables", ">", lambda r: f"{r.first.variables:,}"),
+    ("constraints", ">", lambda r: f"{r.first.constraints:,}"),
+    ("build s", ">", lambda r: f"{r.spread(lambda s: s.build_s).median:.2f}"),
+    ("solve s", ">", lambda r: f"{r.spread(lambda s: s.solve_s).median:.2f}"),
+    ("build+solve s [min-max]", ">", lambda r: r.wall.format()),
+    ("cpu s [min-max]", ">", lambda r: r.cpu.format()),
+    ("plugin s", ">", lambda r: f"{r.spread(lambda s: s.plugin_s + s.plugin_hook_s).median:.3f}"),
+    ("rounds", ">", lambda r: str(r.first.rounds)),
+    ("objective", ">", lambda r: f"{r.first.objective:.3f}"),
+    ("comm cost", ">", lambda r: f"{r.first.comm_cost:.3f}"),
+    ("redistributes", ">", lambda r: str(r.first.redistributes)),
+    ("gave way", ">", lambda r: str(r.first.gave_way)),
+    ("audit", "<", lambda r: r.first.audit),
+)
+
+
 @dataclass(kw_only=True)
 class CompareResult:
-    """The rows of one lab run and what they were run on."""
+    """The rows of one lab run (each with its repeats) and what they were run on."""
 
     model: str
     description: str
     mesh: tuple[int, ...]
     repeat: int
-    rows: list[RunSummary]
+    warmup: int
+    rows: list[RowRuns]
     machine: dict[str, Any] = field(default_factory=dict)
 
-    def row(self, formulation: str, solver: str = "cbc") -> RunSummary | None:
+    def row(self, formulation: str, solver: str = "cbc") -> RowRuns | None:
         return next((r for r in self.rows if r.formulation == formulation and r.solver == solver), None)
 
-    def ratios(self) -> dict[str, float]:
-        """(build + solve) of each run over autoparallel alone with CBC, wall and CPU."""
-        base = self.row(BASELINE, "cbc")
+    @property
+    def baseline(self) -> RowRuns | None:
+        """autoparallel alone with CBC, the row every ratio is taken against."""
+        return self.row(BASELINE, "cbc")
+
+    def ratios(self) -> dict[str, dict[str, Ratio]]:
+        """Per row other than the baseline: build+solve over the baseline's, repeat by repeat,
+        ``{"wall": Ratio, "cpu": Ratio}``."""
+        base = self.baseline
         if base is None:
             return {}
-        out: dict[str, float] = {}
+        out: dict[str, dict[str, Ratio]] = {}
         for r in self.rows:
             if r is base:
                 continue
-            out[f"{r.label} / none/cbc build+solve"] = r.build_solve_s / base.build_solve_s
-            if base.build_solve_cpu_s > 0:
-                out[f"{r.label} / none/cbc build+solve cpu"] = r.build_solve_cpu_s / base.build_solve_cpu_s
+            out[r.label] = {
+                "wall": paired_ratio(r.wall.samples, base.wall.samples),
+                "cpu": paired_ratio(r.cpu.samples, base.cpu.samples),
+            }
         return out
+
+    def heading(self) -> str:
+        """What the figures are: medians of how many interleaved repeats, on what machine load."""
+        m = self.machine
+        load = ""
+        if "load_start" in m and "load_end" in m:
+            load = (
+                f"; 1-min load average {m['load_start']:.2f} at start, {m['load_end']:.2f} at end on "
+                f"{m.get('cpus')} CPUs"
+            )
+        return (
+            f"median [min-max] of {self.repeat} interleaved repeat{'s' if self.repeat != 1 else ''} per "
+            f"row after {self.warmup} warm-up round{'s' if self.warmup != 1 else ''} (discarded){load}"
+        )
+
+
+def _load() -> float | None:
+    try:
+        return float(os.getloadavg()[0])
+    except OSError:  # not every platform has it
+        return None
 
 
 def _machine() -> dict[str, Any]:
@@ -501,120 +573,190 @@ def compare(
     mesh_shape: Sequence[int],
     formulations: Sequence[str],
     solvers: Sequence[str],
+    **kwargs: Any,
+) -> CompareResult:
+    """Every formulation × solver on ``model`` (rows in that order); see :func:`compare_rows`."""
+    return compare_rows(model, mesh_shape, [(f, s) for f in formulations for s in solvers], **kwargs)
+
+
+def compare_rows(
+    model: str,
+    mesh_shape: Sequence[int],
+    rows: Sequence[tuple[str, str]],
     *,
     size: str = "full",
     layers: int | None = None,
     dim: int | None = None,
-    repeat: int = 1,
+    repeat: int = 3,
+    warmup: int = 1,
     time_limit: float | None = None,
     device: str = "H100",
     progress: TextIO | None = None,
     apply: bool = True,
 ) -> CompareResult:
-    """Run every formulation × solver on ``model`` round-robin in this process; keep each one's
-    fastest build+solve of ``repeat`` runs. ``none`` is autoparallel alone (with that solver).
+    """Run each ``(formulation, solver)`` row on ``model`` in this process, interleaved: ``warmup``
+    rounds over every row (discarded), then ``repeat`` rounds, the order reversed every other
+    round (:func:`._stats.interleave`). ``none`` is autoparallel alone (with that solver).
 
     Each run gets fresh mesh-blind caches, so every run pays the same build. ``progress`` (the CLI
     passes stderr) gets a line when each run starts and ends.
     """
-    from .formulations import FORMULATIONS
     from ._solvers import solver_config
+    from .formulations import FORMULATIONS
     from .testing import cpu_mesh, device_name, fresh_strategy_cache
 
     known = (BASELINE, *FORMULATIONS)
-    for form in formulations:
+    for form, solver in rows:
         if form not in known:
             raise InvalidOptionError(f"unknown formulation {form!r}; available: {', '.join(known)}")
-    for solver in solvers:
         solver_config(solver)  # validates, and says how to install HiGHS
     if repeat < 1:
         raise InvalidOptionError(f"repeat must be >= 1, got {repeat}")
+    if warmup < 0:
+        raise InvalidOptionError(f"warmup must be >= 0, got {warmup}")
+    keys = [(str(f), str(s)) for f, s in rows]
     shape = tuple(int(s) for s in mesh_shape)
     spec = lab_model(model, shape, size=size, layers=layers, dim=dim)
     mesh = cpu_mesh(shape, spec.mesh_dim_names)
-    combos = [(f, s) for f in formulations for s in solvers]
-    best: dict[tuple[str, str], RunSummary] = {}
-    total = repeat * len(combos)
-    step = 0
+
+    def run(key: tuple[str, str]) -> RunSummary:
+        form, solver = key
+        with fresh_strategy_cache():
+            summary, _ = run_model(
+                spec.model,
+                spec.input_fn,
+                mesh,
+                name=spec.name,
+                formulation=form,
+                input_placements=list(spec.input_placements),
+                output_placements=list(spec.output_placements) if spec.output_placements else None,
+                mp_policy=spec.mp_policy,
+                parameter_memory_constraint=spec.parameter_memory_constraint,
+                solver=solver,
+                time_limit=time_limit,
+                apply=apply,
+            )
+        return summary
+
+    def on_step(step: int, total: int, key: tuple[str, str], is_warmup: bool) -> None:
+        if progress is not None:
+            tag = " (warm-up)" if is_warmup else ""
+            print(f"[{step}/{total}] {model} {key[0]}/{key[1]}{tag} ...", file=progress, flush=True)
+
+    def on_done(step: int, total: int, key: tuple[str, str], is_warmup: bool, s: RunSummary) -> None:
+        if progress is not None:
+            tag = " (warm-up)" if is_warmup else ""
+            print(
+                f"[{step}/{total}] {model} {key[0]}/{key[1]}{tag}: build {s.build_s:.2f}s, solve {s.solve_s:.2f}s, "
+                f"cpu {s.build_solve_cpu_s:.2f}s, objective {s.objective:.3f}, audit {s.audit}",
+                file=progress,
+                flush=True,
+            )
+
+    machine = _machine()
+    machine["load_start"] = _load()
     with device_name(device):
-        for _ in range(repeat):
-            for form, solver in combos:
-                step += 1
-                if progress is not None:
-                    print(f"[{step}/{total}] {model} {form}/{solver} ...", file=progress, flush=True)
-                with fresh_strategy_cache():
-                    summary, _ = run_model(
-                        spec.model,
-                        spec.input_fn,
-                        mesh,
-                        name=spec.name,
-                        formulation=form,
-                        input_placements=list(spec.input_placements),
-                        output_placements=list(spec.output_placements) if spec.output_placements else None,
-                        mp_policy=spec.mp_policy,
-                        parameter_memory_constraint=spec.parameter_memory_constraint,
-                        solver=solver,
-                        time_limit=time_limit,
-                        apply=apply,
-                    )
-                if progress is not None:
-                    print(
-                        f"[{step}/{total}] {model} {form}/{solver}: build {summary.build_s:.2f}s, solve "
-                        f"{summary.solve_s:.2f}s, objective {summary.objective:.3f}, audit {summary.audit}",
-                        file=progress,
-                        flush=True,
-                    )
-                key = (form, solver)
-                if key not in best or summary.build_solve_s < best[key].build_solve_s:
-                    best[key] = summary
+        measured, warmups = interleave(keys, run, repeat=repeat, warmup=warmup, on_step=on_step, on_done=on_done)
+    machine["load_end"] = _load()
     return CompareResult(
         model=model,
         description=spec.description,
         mesh=shape,
         repeat=repeat,
-        rows=[best[k] for k in combos],
-        machine=_machine(),
+        warmup=warmup,
+        rows=[
+            RowRuns(formulation=f, solver=s, runs=tuple(measured[(f, s)]), warmups=tuple(warmups[(f, s)]))
+            for f, s in keys
+        ],
+        machine=machine,
     )
 
 
+def ratio_lines(result: CompareResult) -> list[str]:
+    """One line per row: build+solve over autoparallel alone with CBC, wall and CPU, as paired
+    ratios with their spread and verdict (``within noise`` when the spread contains 1.0)."""
+    base = result.baseline
+    if base is None:
+        return []
+    lines = []
+    ratios = result.ratios()
+    for r in result.rows:
+        if r is base:
+            continue
+        wall, cpu = ratios[r.label]["wall"], ratios[r.label]["cpu"]
+        same = abs(r.first.objective - base.first.objective) <= 1e-6 * max(1.0, abs(base.first.objective))
+        lines.append(
+            f"{r.label} / {base.label} build+solve: wall {wall.format()}, cpu {cpu.format()}; "
+            f"objective {'=' if same else '!='} {base.label}"
+        )
+    return lines
+
+
 def render_compare(result: CompareResult) -> str:
-    """The lab's table, with the ratios against autoparallel alone with CBC."""
+    """The lab's table, with the paired ratios against autoparallel alone with CBC."""
     lines = [
-        f"{result.description} on a {'x'.join(map(str, result.mesh))} CPU mesh "
-        f"(fastest of {result.repeat} per row)",
+        f"{result.description} on a {'x'.join(map(str, result.mesh))} CPU mesh",
+        result.heading(),
         render_table(result.rows, COMPARE_COLUMNS),
     ]
-    base = result.row(BASELINE, "cbc")
-    if base is not None:
-        for r in result.rows:
-            if r is base:
-                continue
-            same = abs(r.objective - base.objective) <= 1e-6 * max(1.0, abs(base.objective))
-            lines.append(
-                f"{r.label}: build+solve {r.build_solve_s / base.build_solve_s:.3f}x none/cbc "
-                f"(cpu {r.build_solve_cpu_s / max(base.build_solve_cpu_s, 1e-9):.3f}x), objective "
-                f"{'=' if same else '!='} none/cbc"
-            )
+    for r in result.rows:
+        if r.varies:
+            lines.append(f"note: {r.label} changed between repeats: {', '.join(r.varies)}")
+    lines += ratio_lines(result)
     return "\n".join(lines)
 
 
-def write_json(result: CompareResult, path: str) -> None:
-    """The lab's rows and ratios as JSON."""
-    payload = {
+def result_payload(result: CompareResult) -> dict[str, Any]:
+    """The lab's rows (every repeat and warm-up run), spreads and ratios, JSON-ready."""
+
+    def row(r: RowRuns) -> dict[str, Any]:
+        return {
+            "label": r.label,
+            "formulation": r.formulation,
+            "solver": r.solver,
+            "build_solve_s": r.wall.as_dict(),
+            "build_solve_cpu_s": r.cpu.as_dict(),
+            "build_s": r.spread(lambda s: s.build_s).as_dict(),
+            "solve_s": r.spread(lambda s: s.solve_s).as_dict(),
+            "varies": list(r.varies),
+            "samples": [asdict(s) for s in r.runs],
+            "warmups": [asdict(s) for s in r.warmups],
+        }
+
+    return {
         "model": result.model,
         "description": result.description,
         "mesh": list(result.mesh),
         "repeat": result.repeat,
+        "warmup": result.warmup,
         "machine": result.machine,
-        "rows": [{**asdict(r), "label": r.label, "build_solve_s": r.build_solve_s} for r in result.rows],
-        "ratios": result.ratios(),
+        "rows": [row(r) for r in result.rows],
+        "ratios": {
+            label: {kind: ratio.as_dict() for kind, ratio in pair.items()} for label, pair in result.ratios().items()
+        },
     }
+
+
+def write_json(result: CompareResult, path: str) -> None:
+    """The lab's rows, every repeat and the ratios as JSON."""
     with open(path, "w") as f:
-        json.dump(payload, f, indent=2)
+        json.dump(result_payload(result), f, indent=2)
 
 
 def draw_png(result: CompareResult, path: str) -> None:
-    """Bar chart: build and solve seconds (stacked) and objective / comm cost, per run."""
+    """Write :func:`compare_figure` to ``path`` as a PNG."""
+    fig = compare_figure(result)  # raises InvalidOptionError without matplotlib
+    import matplotlib.pyplot as plt
+
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def compare_figure(result: CompareResult) -> Any:
+    """A matplotlib Figure of three panels: build+solve seconds per row (median build and solve
+    stacked, a min–max error bar, each repeat a dot); build+solve over autoparallel alone (wall
+    and CPU paired ratios, median with min–max error bars, the line at 1.0; hollow markers where
+    within noise); objective and comm cost per row."""
     try:
         import matplotlib
 
@@ -624,33 +766,76 @@ def draw_png(result: CompareResult, path: str) -> None:
         raise InvalidOptionError(
             f"the PNG needs matplotlib ({exc}): pip install \"autoparallel-constraints[lab]\""
         ) from None
-    labels = [r.label for r in result.rows]
+    rows = result.rows
+    labels = [r.label for r in rows]
     xs = list(range(len(labels)))
-    fig, (ax_t, ax_c) = plt.subplots(1, 2, figsize=(min(18.0, max(10.0, 1.6 * len(labels))), 5.0))
-    build = [r.build_s for r in result.rows]
-    solve = [r.solve_s for r in result.rows]
-    ax_t.bar(xs, build, label="build s", color="#4c72b0")
-    ax_t.bar(xs, solve, bottom=build, label="solve s", color="#dd8452")
-    ax_t.set_title("time per formulation (s)")
+    fig, (ax_t, ax_r, ax_c) = plt.subplots(
+        1, 3, figsize=(min(22.0, max(14.0, 2.2 * len(labels))), 5.2), gridspec_kw={"width_ratios": [1.2, 1.0, 1.0]}
+    )
+    build = [r.spread(lambda s: s.build_s).median for r in rows]
+    solve = [r.spread(lambda s: s.solve_s).median for r in rows]
+    walls = [r.wall for r in rows]
+    ax_t.bar(xs, build, label="build s (median)", color="#4c72b0")
+    ax_t.bar(xs, solve, bottom=build, label="solve s (median)", color="#dd8452")
+    ax_t.errorbar(
+        xs, [w.median for w in walls],
+        yerr=[[w.median - w.low for w in walls], [w.high - w.median for w in walls]],
+        fmt="k_", markersize=14, ecolor="black", elinewidth=1.5, capsize=6,
+        label="build+solve median, min-max",
+    )
+    for x, w in zip(xs, walls):
+        ax_t.plot([x + 0.22] * w.n, w.samples, "k.", markersize=4)
+    ax_t.set_title(f"seconds per row: median build + median solve; {result.repeat} repeats", fontsize=10)
     ax_t.set_xticks(xs, labels, rotation=30, ha="right")
-    ax_t.set_ylim(0, 1.2 * max(b + s for b, s in zip(build, solve)))  # room for the legend
-    ax_t.legend(loc="upper right", ncols=2)
+    ax_t.set_ylim(0, 1.25 * max(max(w.high for w in walls), max(b + s for b, s in zip(build, solve))))
+    ax_t.legend(loc="upper right", ncols=2, fontsize=8)
+
+    ratios = result.ratios()
+    base = result.baseline
+    if ratios and base is not None:
+        others = [r.label for r in rows if r is not base]
+        rx = list(range(len(others)))
+        for offset, kind, color in ((-0.12, "wall", "#4c72b0"), (0.12, "cpu", "#55a868")):
+            for i, label in enumerate(others):
+                ratio = ratios[label][kind]
+                s = ratio.spread
+                ax_r.errorbar(
+                    [i + offset], [s.median], yerr=[[s.median - s.low], [s.high - s.median]], fmt="o",
+                    color=color, mfc="white" if ratio.within_noise else color, capsize=5, elinewidth=1.5,
+                )
+        ax_r.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+        spreads = [pair[kind].spread for pair in ratios.values() for kind in ("wall", "cpu")]
+        low, high = min(1.0, *(s.low for s in spreads)), max(1.0, *(s.high for s in spreads))
+        margin = 0.15 * (high - low) or 0.05
+        ax_r.set_ylim(low - margin, high + 2 * margin)  # room for the legend above the data
+        ax_r.set_xticks(rx, others, rotation=30, ha="right")
+        ax_r.set_xlim(-0.6, len(others) - 0.4)
+        ax_r.set_title(f"build+solve / {base.label} (paired; hollow = within noise)", fontsize=10)
+        from matplotlib.lines import Line2D
+
+        handles = [Line2D([], [], marker="o", color=c, linestyle="none", label=k)
+                   for k, c in (("wall", "#4c72b0"), ("cpu", "#55a868"))]
+        ax_r.legend(handles=handles, loc="upper right", ncols=2, fontsize=8)
+    else:
+        ax_r.set_axis_off()
+        ax_r.text(0.5, 0.5, "no none/cbc row: no ratios", ha="center", va="center")
+
     width = 0.4
-    ax_c.bar([x - width / 2 for x in xs], [r.objective for r in result.rows], width, label="objective", color="#55a868")
-    ax_c.bar([x + width / 2 for x in xs], [r.comm_cost for r in result.rows], width, label="comm cost", color="#c44e52")
-    ax_c.set_title("cost per formulation (autoparallel's units)")
+    ax_c.bar([x - width / 2 for x in xs], [r.first.objective for r in rows], width, label="objective", color="#55a868")
+    ax_c.bar([x + width / 2 for x in xs], [r.first.comm_cost for r in rows], width, label="comm cost", color="#c44e52")
+    ax_c.set_title("cost per row (autoparallel's units)")
     ax_c.set_xticks(xs, labels, rotation=30, ha="right")
-    if any(r.gave_way for r in result.rows) and max(r.objective for r in result.rows) > 1e4 * max(
-        min(r.objective for r in result.rows), 1.0
-    ):
+    objectives = [r.first.objective for r in rows]
+    if any(r.first.gave_way for r in rows) and max(objectives) > 1e4 * max(min(objectives), 1.0):
         ax_c.set_yscale("log")  # soft's penalties would flatten everything else
     else:
-        ax_c.set_ylim(0, 1.2 * max(max(r.objective, r.comm_cost) for r in result.rows))
-    ax_c.legend(loc="upper right", ncols=2)
-    fig.suptitle(f"{result.description} on a {'x'.join(map(str, result.mesh))} mesh", fontsize=9)
+        ax_c.set_ylim(0, 1.2 * max(max(r.first.objective, r.first.comm_cost) for r in rows))
+    ax_c.legend(loc="upper right", ncols=2, fontsize=8)
+    fig.suptitle(
+        f"{result.description} on a {'x'.join(map(str, result.mesh))} mesh\n{result.heading()}", fontsize=9
+    )
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return fig
 
 
 def _compare_command(args: argparse.Namespace) -> int:
@@ -663,6 +848,7 @@ def _compare_command(args: argparse.Namespace) -> int:
         layers=args.layers,
         dim=args.dim,
         repeat=args.repeat,
+        warmup=args.warmup,
         time_limit=args.time_limit,
         device=args.device_name,
         progress=sys.stderr,
@@ -683,9 +869,11 @@ def add_compare_subcommand(subparsers: Any) -> argparse.ArgumentParser:
         "compare",
         help="formulation lab: formulations x solvers on one model (table, JSON, PNG)",
         description=(
-            "Run autoparallel alone ('none') and each formulation with each solver on one model, "
-            "round-robin in one process, and print one table: ILP size, build and solve seconds, "
-            "objective, comm cost, redistributes inserted, audit verdict."
+            "Run autoparallel alone ('none') and each formulation with each solver on one model in "
+            "one process, interleaved (a warm-up round, discarded, then --repeat rounds), and print "
+            "one table: ILP size, median and min-max build+solve seconds (wall and CPU), objective, "
+            "comm cost, redistributes inserted, audit verdict; then each row's paired ratio to "
+            "none/cbc, called 'within noise' when its min-max contains 1.0."
         ),
     )
     p.add_argument("--model", choices=sorted(LAB_MODELS), default="seed")
@@ -695,10 +883,11 @@ def add_compare_subcommand(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--size", choices=SIZES, default="full", help="model size: full (default) or tiny (seconds, for tests)")
     p.add_argument("--layers", type=int, default=None, help="layers (llama3: 2, falcon: 1 by default)")
     p.add_argument("--dim", type=int, default=None, help="hidden size (llama3: 4096, falcon: 4544 at full size)")
-    p.add_argument("--repeat", type=int, default=1, help="runs per row; the fastest build+solve is shown")
+    p.add_argument("--repeat", type=int, default=3, help="measured runs per row (default 3): median and min-max")
+    p.add_argument("--warmup", type=int, default=1, help="warm-up rounds over every row, discarded (default 1)")
     p.add_argument("--time-limit", type=float, default=None, help="solver time limit per optimize_placement (s)")
     p.add_argument("--device-name", default="H100", help="GPU whose limits the cost model uses (CPU run)")
-    p.add_argument("--json", default=None, help="write the rows and ratios as JSON to this file")
-    p.add_argument("--png", default=None, help="draw the time/cost bar chart to this PNG (needs matplotlib)")
+    p.add_argument("--json", default=None, help="write every repeat, the spreads and the ratios as JSON to this file")
+    p.add_argument("--png", default=None, help="draw times with error bars, ratios and costs to this PNG (matplotlib)")
     p.set_defaults(func=_compare_command)
     return p
