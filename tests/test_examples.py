@@ -20,7 +20,7 @@ SCRIPTS = sorted(p.name for p in EXAMPLES.glob("*.py") if p.name not in MODULES)
 def test_every_example_says_what_it_shows():
     """Each file opens with a docstring; each script names its verdict line and has a main guard."""
     assert {"fix_issue_348.py", "audit_existing_run.py", "custom_op_rule.py", "custom_formulation.py",
-            "compare_formulations.py"} <= set(SCRIPTS)
+            "compare_formulations.py", "prune_vs_strict.py"} <= set(SCRIPTS)
     for path in EXAMPLES.glob("*.py"):
         tree = ast.parse(path.read_text())
         doc = ast.get_docstring(tree)
