@@ -61,3 +61,17 @@ def test_the_kit_fails_a_formulation_that_does_nothing():
     assert run.error is None, run.error
     assert not run.audit.ok and [v.node for v in run.audit.by_kind("not_cosharded")] == ["index_put"]
     assert run.lowered is not None and "Broadcast failed in ExpandView" in str(run.lowered)
+
+
+def test_the_kit_catches_a_leaky_rollback(monkeypatch):
+    """If adding were not atomic (rows kept after a failure), the kit's failed-call check says so."""
+    from autoparallel_constraints import _plugin
+    from autoparallel_constraints.testing.conformance import failed_call_leaves_problem
+
+    def leaky(prob, additions):
+        for name, constraint in additions.constraints.items():
+            prob.addConstraint(constraint, name)  # the kit's injected row fails last; no rollback
+
+    monkeypatch.setattr(_plugin, "_add_atomically", leaky)
+    error, unchanged, changed = failed_call_leaves_problem("strict")
+    assert error is not None and not unchanged and "rows" in changed
