@@ -23,6 +23,7 @@ from dataclasses import asdict
 from ._cli import parse_mesh
 from ._coverage import add_subcommands as add_coverage_subcommands
 from ._lab import add_compare_subcommand
+from .errors import ConstraintsError
 from .table._groundtruth import add_subcommand as add_groundtruth_subcommand
 from .testing.distributed_seed import add_subcommand as add_distributed_seed_subcommand
 
@@ -86,7 +87,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_distributed_seed_subcommand(sub)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except ConstraintsError as exc:  # the package's errors say what to fix: no traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -218,3 +218,13 @@ def test_lab_resolves_import_paths_and_says_which_package_is_missing():
         compare("seed", (2, 4), ["strict", "mypkg.mymod:MyFormulation"], ["cbc"])
     with pytest.raises(apc.InvalidOptionError, match=r"unknown formulation 'strct'.*Did you mean 'strict'"):
         compare("seed", (2, 4), ["none", "strct"], ["cbc"])
+
+
+def test_lab_command_line_names_the_missing_package(capsys):
+    """``python -m autoparallel_constraints compare --formulations strict,mypkg.mymod:MyFormulation``
+    exits 2 with the package error on stderr, no traceback, before running anything."""
+    from autoparallel_constraints.__main__ import main
+
+    assert main(["compare", "--formulations", "strict,mypkg.mymod:MyFormulation"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot import module 'mypkg.mymod'") and "Traceback" not in err
