@@ -33,6 +33,7 @@ from .errors import (  # noqa: E402
     AuditError,
     AutoParallelMissingError,
     ConstraintsError,
+    FormulationError,
     InfeasibleConstraintsError,
     InvalidOptionError,
     InvalidRowError,
@@ -43,7 +44,7 @@ from .errors import (  # noqa: E402
     StrictConflictError,
     UnknownOpError,
 )
-from .formulations import FORMULATIONS  # noqa: E402
+from .formulations import FORMULATIONS, Formulation, register_formulation  # noqa: E402
 from .table import Alignment, ArgSpec, Flag, Linearity, OpRule, Role, Table, default_table  # noqa: E402
 
 __all__ = [
@@ -58,6 +59,8 @@ __all__ = [
     "ConstraintReport",
     "ConstraintsError",
     "Flag",
+    "Formulation",
+    "FormulationError",
     "InfeasibleConstraintsError",
     "InvalidOptionError",
     "InvalidRowError",
@@ -80,6 +83,7 @@ __all__ = [
     "audit",
     "constraint_report",
     "default_table",
+    "register_formulation",
     "register_rule",
     "use_solver",
 ]

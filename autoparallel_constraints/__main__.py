@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from ._coverage import add_subcommands as add_coverage_subcommands
 from ._demo import add_demo_subcommand
 from ._lab import add_compare_subcommand
+from .errors import ConstraintsError
 from .table._groundtruth import add_subcommand as add_groundtruth_subcommand
 from .testing.distributed_seed import add_subcommand as add_distributed_seed_subcommand
 
@@ -39,7 +40,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_distributed_seed_subcommand(sub)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except ConstraintsError as exc:  # the package's errors say what to fix: no traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -23,8 +23,8 @@ from ._problem import Site, find_sites
 from ._report import LazyRound, build_report, emit
 from ._sizes import build_size_constraints, find_size_couplings, is_dynamic
 from ._state import AddedConstraints, PluginState, families, get_state
-from .errors import ConstraintsError, InvalidOptionError, PluginStateError
-from .formulations import Additions, Namer, make_formulation
+from .errors import ConstraintsError, FormulationError, InvalidOptionError, PluginStateError
+from .formulations import Additions, Formulation, Namer, make_formulation
 from .table import OpRule, Table, default_table
 
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ def add_op_constraints(
     self: AutoParallel,
     ops: Any = None,
     *,
-    formulation: str = "explicit",
+    formulation: str | Formulation = "explicit",
     materialize: str = "table",
     table: Table | None = None,
     solver: str = "cbc",
@@ -105,7 +105,9 @@ def add_op_constraints(
         formulation: ``"explicit"`` (default: a non-co-sharded strategy only with a priced,
             materialized redistribution), ``"strict"`` (forbid it), ``"soft"`` (allow it at a
             penalty, option ``penalty``, and report it) or ``"lazy"`` (strict's rows added only
-            where a plan breaks them, re-solving until clean; option ``max_rounds``).
+            where a plan breaks them, re-solving until clean; option ``max_rounds``); or your own:
+            a name given to ``register_formulation``, ``"package.module:Class"``, or an instance
+            of a :class:`~autoparallel_constraints.Formulation` subclass.
         materialize: ``"table"`` — planned redistributions into table ops become real nodes;
             ``"all"`` — every planned redistribution of the graph does, computing exactly the
             planned transition with DTensor's redistribute (a planned Partial stays Partial).
@@ -141,7 +143,7 @@ def add_op_constraints(
     if selectors is not None:
         _warn_missing(opt, rules, sites, selectors)
     namer = Namer(form.name, taken=opt.prob.constraints)
-    additions = form.build(opt, sites, namer)
+    additions = _call_formulation(form, "build", opt, lambda: form.build(opt, sites, namer))
     # Couplings are read off the traced graph (symbolic sizes) and priced on the optimizer's copy.
     to_opt = getattr(opt, "_orig_to_concrete", None) or {}  # empty: one graph for both
     couplings = (
@@ -167,6 +169,8 @@ def add_op_constraints(
         variables=families(additions.variables),
         constraint_names=tuple(additions.constraints),
         variable_names=tuple(additions.variables),
+        bounds=families(additions.bounds),
+        bound_names=tuple(additions.bounds),
         build_seconds=build_seconds,
     )
     state = PluginState(
@@ -206,9 +210,55 @@ def _warn_missing(opt: ShardingOptimizer, rules: Sequence[OpRule], sites: Sequen
         )
 
 
-def _add_atomically(prob: pulp.LpProblem, additions: Additions) -> None:
-    added: list[str] = []
+def _call_formulation(form: Formulation, hook: str, opt: ShardingOptimizer, call: Any) -> Any:
+    """Run one of ``form``'s hooks and hold it to its contract (see ``Formulation``).
+
+    Package errors pass through; any other exception, a result that is not ``Additions`` (or None
+    from ``after_solve``), a write to the problem, or a name outside ``<name>.`` becomes a
+    :class:`FormulationError` naming the formulation and the hook.
+    """
+    where = f"formulation {form.name!r} ({type(form).__module__}.{type(form).__qualname__}).{hook}()"
+    n_rows = len(opt.prob.constraints)
     try:
+        out = call()
+    except ConstraintsError:
+        raise
+    except Exception as exc:
+        raise FormulationError(f"{where} raised {type(exc).__name__}: {exc}") from exc
+    if len(opt.prob.constraints) != n_rows:
+        raise FormulationError(
+            f"{where} changed the optimizer's problem itself ({n_rows} -> {len(opt.prob.constraints)} rows); "
+            "return the additions in an Additions instead, the plugin adds them atomically"
+        )
+    if out is None and hook != "build":
+        return None
+    if not isinstance(out, Additions):
+        raise FormulationError(f"{where} must return an Additions, got {type(out).__name__}")
+    prefix = f"{form.name}."
+    wrong = [n for n in [*out.constraints, *out.variables, *out.bounds] if not n.startswith(prefix)]
+    if wrong:
+        raise FormulationError(
+            f"{where} named additions outside '{prefix}<family>_<idx>': {', '.join(wrong[:5])}; "
+            "make names with the Namer it receives"
+        )
+    return out
+
+
+def _add_atomically(prob: pulp.LpProblem, additions: Additions) -> None:
+    """Set the bounds, then add the rows; on any failure restore the bounds, drop the rows and
+    forget the variables PuLP registered with them (``_variables``/``_variable_ids``, which PuLP
+    never prunes), so the problem is as it was."""
+    added: list[str] = []
+    old_bounds: list[tuple[pulp.LpVariable, float | None, float | None]] = []
+    n_vars, var_ids, n_modified = len(prob._variables), set(prob._variable_ids), len(prob.modifiedConstraints)
+    try:
+        for bound in additions.bounds.values():
+            for var in bound.variables:
+                old_bounds.append((var, var.lowBound, var.upBound))
+                if bound.low is not None:
+                    var.lowBound = bound.low
+                if bound.up is not None:
+                    var.upBound = bound.up
         for name, constraint in additions.constraints.items():
             if name in prob.constraints:
                 raise PluginStateError(f"constraint name {name!r} is already in the problem")
@@ -217,6 +267,11 @@ def _add_atomically(prob: pulp.LpProblem, additions: Additions) -> None:
     except BaseException:
         for name in added:
             prob.constraints.pop(name, None)
+        del prob._variables[n_vars:], prob.modifiedConstraints[n_modified:]
+        for key in set(prob._variable_ids) - var_ids:
+            del prob._variable_ids[key]
+        for var, low, up in reversed(old_bounds):
+            var.lowBound, var.upBound = low, up
         raise
 
 
@@ -259,7 +314,12 @@ def _install_optimizer_hooks(opt: ShardingOptimizer, state: PluginState) -> None
 
                     raise explain_infeasible(self, state) from exc
                 t1 = time.perf_counter()
-                more = state.formulation.after_solve(self, state.sites, state.additions, state.namer, round_index)
+                more = _call_formulation(
+                    state.formulation,
+                    "after_solve",
+                    self,
+                    lambda: state.formulation.after_solve(self, state.sites, state.additions, state.namer, round_index),
+                )
                 if more is not None:
                     _add_atomically(self.prob, more)
                     state.additions.merge(more)

@@ -66,6 +66,8 @@ class AddedConstraints:
     constraint_names: tuple[str, ...]
     variable_names: tuple[str, ...]
     build_seconds: float
+    bounds: dict[str, int] = field(default_factory=dict)  # family -> count of Bound entries
+    bound_names: tuple[str, ...] = ()
 
     @property
     def num_constraints(self) -> int:
@@ -76,7 +78,7 @@ class AddedConstraints:
         return len(self.variable_names)
 
     def __str__(self) -> str:
-        fam = ", ".join(f"{k}={v}" for k, v in {**self.constraints, **self.variables}.items()) or "nothing"
+        fam = ", ".join(f"{k}={v}" for k, v in {**self.constraints, **self.variables, **self.bounds}.items()) or "nothing"
         return (
             f"{self.formulation}: {len(self.nodes)} table nodes matched, {len(self.constrained_nodes)} "
             f"with non-co-sharded strategies, {len(self.size_couplings)} size couplings; added {fam} "

@@ -11,6 +11,7 @@ __all__ = [
     "AutoParallelMissingError",
     "AuditError",
     "ConstraintsError",
+    "FormulationError",
     "InfeasibleConstraintsError",
     "InvalidOptionError",
     "InvalidRowError",
@@ -51,6 +52,12 @@ class InvalidRowError(ConstraintsError, ValueError):
 
 class InvalidOptionError(ConstraintsError, ValueError):
     """An argument of ``add_op_constraints`` (or another entry point) has a wrong type or value."""
+
+
+class FormulationError(ConstraintsError, RuntimeError):
+    """A formulation broke its contract: its ``build``/``after_solve`` raised a non-package error,
+    returned something other than ``Additions``, wrote to the problem, or named an addition outside
+    ``<formulation>.<family>_<idx>``."""
 
 
 class PluginStateError(ConstraintsError, RuntimeError):

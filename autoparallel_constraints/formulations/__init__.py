@@ -1,9 +1,18 @@
-"""Formulations: named ways of adding the compatibility table to autoparallel's ILP."""
+"""Formulations: named ways of adding the compatibility table to autoparallel's ILP.
+
+The public API for writing your own (guide: ``docs/formulations.md``): subclass
+:class:`Formulation`, return :class:`Additions` from ``build`` (names from the :class:`Namer`,
+bounds as :class:`Bound`, planned redistributions as :class:`Repair`), read the table
+:class:`Site` s with :func:`strategy_indicator` and :func:`twin_count`, and make it available
+with :func:`register_formulation`. The built-ins come in through the same door.
+"""
 
 from __future__ import annotations
 
-from ..errors import InvalidOptionError
-from ._base import Additions, Elastic, Formulation, Namer, Repair
+from .._problem import Site, strategy_indicator, twin_count
+from ._base import Additions, Bound, Elastic, Formulation, Namer, Repair, elastic_constraint
+from ._pins import refuse_conflicting_pins
+from ._registry import FORMULATIONS, load_formulation, make_formulation, register_formulation, validate_formulation
 from .explicit import Explicit
 from .lazy import Lazy
 from .soft import Soft
@@ -12,31 +21,26 @@ from .strict import Strict
 __all__ = [
     "FORMULATIONS",
     "Additions",
+    "Bound",
     "Elastic",
     "Explicit",
     "Formulation",
     "Lazy",
     "Namer",
     "Repair",
+    "Site",
     "Soft",
     "Strict",
+    "elastic_constraint",
+    "load_formulation",
     "make_formulation",
+    "refuse_conflicting_pins",
+    "register_formulation",
+    "strategy_indicator",
+    "twin_count",
+    "validate_formulation",
 ]
 
-FORMULATIONS: dict[str, type[Formulation]] = {cls.name: cls for cls in (Strict, Explicit, Soft, Lazy)}
-
-
-def make_formulation(name: str, **options: object) -> Formulation:
-    """Instantiate the formulation called ``name`` with its options (validated)."""
-    if not isinstance(name, str):
-        raise InvalidOptionError(f"formulation must be a name (str), got {type(name).__name__}")
-    cls = FORMULATIONS.get(name)
-    if cls is None:
-        import difflib
-
-        close = difflib.get_close_matches(name, FORMULATIONS, n=3)
-        hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
-        raise InvalidOptionError(
-            f"unknown formulation {name!r}; available: {', '.join(sorted(FORMULATIONS))}.{hint}"
-        )
-    return cls(**options)
+for _cls in (Strict, Explicit, Soft, Lazy):
+    register_formulation(_cls)
+del _cls

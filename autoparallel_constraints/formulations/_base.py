@@ -1,8 +1,9 @@
-"""What every formulation receives and returns.
+"""What every formulation receives and returns: the public formulation API.
 
 A formulation is a pure function of the optimizer's problem and the table sites: it *builds* the
-named variables, constraints and objective terms it wants, and the plugin adds them to the ILP in
-one step afterwards (so a failure while building leaves the problem untouched).
+named variables, constraints, variable bounds and objective terms it wants, and the plugin adds
+them to the ILP in one step afterwards (so a failure while building leaves the problem untouched).
+The guide for authors is ``docs/formulations.md``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Additions", "Elastic", "Formulation", "Namer", "Repair", "elastic_constraint"]
+__all__ = ["Additions", "Bound", "Elastic", "Formulation", "Namer", "Repair", "elastic_constraint"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -58,6 +59,20 @@ class Elastic:
     weight: float
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Bound:
+    """New bounds for existing variables (autoparallel's own, usually): ``low ≤ v ≤ up`` for each.
+
+    ``None`` keeps that side as it is. ``Bound(variables=..., up=0)`` fixes binaries to 0 without
+    adding a row, so the solver's presolve removes them. The plugin sets the bounds when it adds
+    the rest and restores the old ones if adding fails.
+    """
+
+    variables: tuple[pulp.LpVariable, ...]
+    low: float | None = None
+    up: float | None = None
+
+
 @dataclass(kw_only=True, slots=True)
 class Additions:
     """Everything a formulation adds to the ILP, by name and family."""
@@ -65,6 +80,7 @@ class Additions:
     constraints: dict[str, pulp.LpConstraint] = field(default_factory=dict)
     variables: dict[str, pulp.LpVariable] = field(default_factory=dict)
     objective: list[tuple[pulp.LpVariable, float]] = field(default_factory=list)
+    bounds: dict[str, Bound] = field(default_factory=dict)  # name -> new bounds of existing variables
     repairs: dict[tuple[int, int], Repair] = field(default_factory=dict)  # (root_idx, out_idx)
     elastic: dict[str, Elastic] = field(default_factory=dict)  # slack variable name -> its rule
     owners: dict[str, int] = field(default_factory=dict)  # constraint name -> root_idx of its site
@@ -75,17 +91,18 @@ class Additions:
         self.constraints.update(other.constraints)
         self.variables.update(other.variables)
         self.objective.extend(other.objective)
+        self.bounds.update(other.bounds)
         self.repairs.update(other.repairs)
         self.elastic.update(other.elastic)
         self.owners.update(other.owners)
         self.notes.update(other.notes)
 
     def __bool__(self) -> bool:
-        return bool(self.constraints or self.variables or self.objective)
+        return bool(self.constraints or self.variables or self.objective or self.bounds)
 
     def by_family(self) -> dict[str, int]:
         counts: dict[str, int] = {}
-        for name in [*self.constraints, *self.variables]:
+        for name in [*self.constraints, *self.variables, *self.bounds]:
             family = name.rsplit("_", 1)[0]
             counts[family] = counts.get(family, 0) + 1
         return dict(sorted(counts.items()))
@@ -111,9 +128,31 @@ class Namer:
 class Formulation(abc.ABC):
     """Base class: a named way of adding the table's rules to autoparallel's ILP.
 
-    Subclasses set ``name``, list their options in ``options`` (name -> default) and implement
-    :meth:`build`. Their docstring states the math: sets, variables, objective terms and numbered
-    constraint families, each with "-> Implemented in".
+    Subclasses set ``name`` (lowercase, ``[a-z][a-z0-9]*``), list their options in ``options``
+    (name -> default; ``self.config`` holds the values) and implement :meth:`build`. Their own
+    docstring states the math: ``Sets:``, ``Variables:``, ``Objective`` and ``Constraints:`` with
+    numbered families, each with "→ Implemented in". ``register_formulation(cls)`` checks all of
+    this and makes the class available by name to ``add_op_constraints(formulation=...)`` and the
+    lab; an instance can also be passed directly.
+
+    The hooks, in the order the plugin calls them:
+
+    * :meth:`build` (once, in ``add_op_constraints``): receives autoparallel's optimizer ``opt``
+      (read it, never write it), the table ``sites`` (one per matched node, cluster twins included:
+      act on ``site.is_root`` ones, whose variables the twins share) and a ``namer`` that makes
+      ``<name>.<family>_<idx>`` names. Returns an :class:`Additions`; every name in it must start
+      with ``<name>.``. The plugin adds it atomically: all or nothing.
+    * :meth:`check_pins` (before every solve): raise a package error when the user's pins
+      contradict the formulation (``refuse_conflicting_pins`` does it for "strategies B are
+      forbidden"); otherwise an infeasible solve is explained by ``InfeasibleConstraintsError``.
+    * :meth:`after_solve` (after every solve, lazy rounds): read the plan from the variables'
+      values; return more :class:`Additions` to add them and re-solve, or None to stop.
+
+    Objective terms (``Additions.objective``) are appended after autoparallel sets its own
+    objective in ``get_solution``, so they survive it. A strategy that may run only with a
+    redistribution in front of it is declared with ``Additions.repairs[(root_idx, out_idx)] =
+    Repair(...)``: when the plan picks that strategy, the apply step inserts a named node per
+    offending input computing ``sources[i] -> targets[i]``, and the audit checks it.
     """
 
     name: ClassVar[str]
@@ -130,7 +169,12 @@ class Formulation(abc.ABC):
 
     @abc.abstractmethod
     def build(self, opt: ShardingOptimizer, sites: Sequence[Site], namer: Namer) -> Additions:
-        """Compute the additions for ``sites`` without touching ``opt.prob``."""
+        """Compute the additions for ``sites`` without touching ``opt.prob``.
+
+        ``site.bad_indices`` are the strategies whose specs break the site's row,
+        ``strategy_indicator(opt, site.node_idx, o)`` the variables whose sum is 1 when strategy
+        ``o`` runs, ``twin_count(opt, site.root_idx)`` the repeated layers sharing them.
+        """
 
     def check_pins(self, opt: ShardingOptimizer, sites: Sequence[Site], additions: Additions) -> None:
         """Called before every solve: raise if user pins contradict this formulation. Default: no-op."""

@@ -126,3 +126,15 @@ def refuse_all_bad(site: Site, formulation: str) -> None:
             f"{site.verdicts[0][0]}. Use formulation='explicit' (which inserts the "
             "redistribution) or fix the op's strategies."
         )
+
+
+def refuse_conflicting_pins(
+    opt: ShardingOptimizer,
+    sites: Sequence[Site],
+    formulation: str,
+    forbidden: Callable[[Site], set[int]] = lambda site: set(site.bad_indices),
+) -> None:
+    """For a formulation's ``check_pins``: raise :class:`StrictConflictError` when a user pin allows
+    only strategies the formulation forbids (default: every non-co-sharded one), naming the pin,
+    the node, the rule and the strategies."""
+    raise_pin_conflicts(opt, find_pin_conflicts(opt, sites, forbidden=forbidden), formulation)

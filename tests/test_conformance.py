@@ -1,0 +1,77 @@
+"""Guards the conformance kit (``autoparallel_constraints.testing.conformance``) and that every
+formulation passes it: the four built-ins (full tier: about a minute each) and ``examples/prune.py``,
+the formulation written only with the public API (default tier). Also guards that the kit fails
+when it should: a formulation that adds nothing is caught by the forced #348 check."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from autoparallel_constraints.formulations import Additions, Formulation
+from autoparallel_constraints.testing.conformance import FormulationConformance, run_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # examples/ is a top-level folder, imported as examples.prune
+    sys.path.insert(0, str(ROOT))
+
+
+class TestPruneConformance(FormulationConformance):
+    formulation = "examples.prune:Prune"
+
+
+@pytest.mark.full
+class TestStrictConformance(FormulationConformance):
+    formulation = "strict"
+
+
+@pytest.mark.full
+class TestExplicitConformance(FormulationConformance):
+    formulation = "explicit"
+
+
+@pytest.mark.full
+class TestSoftConformance(FormulationConformance):
+    formulation = "soft"
+
+
+@pytest.mark.full
+class TestLazyConformance(FormulationConformance):
+    formulation = "lazy"
+
+
+class Nothing(Formulation):
+    """Adds nothing: the kit must not pass it.
+
+    Sets: none. Variables: none. Objective: unchanged. Constraints: none.
+    """
+
+    name = "nothing"
+
+    def build(self, opt, sites, namer):
+        return Additions()
+
+
+def test_the_kit_fails_a_formulation_that_does_nothing():
+    """On the forced #348 case a do-nothing formulation keeps the illegal plan: the audit flags
+    index_put and Inductor fails, so the kit's forced check would fail."""
+    run = run_scenario("forced", Nothing, lower=True)
+    assert run.error is None, run.error
+    assert not run.audit.ok and [v.node for v in run.audit.by_kind("not_cosharded")] == ["index_put"]
+    assert run.lowered is not None and "Broadcast failed in ExpandView" in str(run.lowered)
+
+
+def test_the_kit_catches_a_leaky_rollback(monkeypatch):
+    """If adding were not atomic (rows kept after a failure), the kit's failed-call check says so."""
+    from autoparallel_constraints import _plugin
+    from autoparallel_constraints.testing.conformance import failed_call_leaves_problem
+
+    def leaky(prob, additions):
+        for name, constraint in additions.constraints.items():
+            prob.addConstraint(constraint, name)  # the kit's injected row fails last; no rollback
+
+    monkeypatch.setattr(_plugin, "_add_atomically", leaky)
+    error, unchanged, changed = failed_call_leaves_problem("strict")
+    assert error is not None and not unchanged and "rows" in changed
