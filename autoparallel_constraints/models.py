@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-__all__ = ["SEED_CONFIG", "SeedBlock", "SeedConfig", "SeedStack"]
+__all__ = ["SEED_CONFIG", "AddMul", "SeedBlock", "SeedConfig", "SeedStack"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -54,6 +54,19 @@ class SeedBlock(nn.Module):
     def make_input(self, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> torch.Tensor:
         c = self.config
         return torch.randn(c.batch, c.seq, c.hidden, device=device, dtype=dtype)
+
+
+class AddMul(nn.Module):
+    """Linear, then broadcasting add and mul: two pointwise table ops, the smallest model with a
+    choice for the table to constrain (the tests' quick setup)."""
+
+    def __init__(self, dim: int = 16) -> None:
+        super().__init__()
+        self.fc = nn.Linear(dim, dim, bias=False)
+        self.scale = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (self.fc(x) + x) * self.scale
 
 
 class SeedStack(nn.Module):

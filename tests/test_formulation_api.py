@@ -14,10 +14,10 @@ import pulp
 import pytest
 import torch
 from autoparallel.api import AutoParallel
-from torch import nn
 
 import autoparallel_constraints as apc
 from autoparallel_constraints import formulations as F
+from autoparallel_constraints.models import AddMul
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -115,18 +115,6 @@ def test_make_formulation_resolves_names_paths_classes_and_instances(registry):
         F.make_formulation("examples.prune:Prnue")
     with pytest.raises(apc.InvalidOptionError, match="give them to its constructor"):
         F.make_formulation(inst, penalty=1)
-
-
-class AddMul(nn.Module):
-    """Linear, then broadcasting add and mul: table ops for the formulations to see."""
-
-    def __init__(self, dim: int = 16) -> None:
-        super().__init__()
-        self.fc = nn.Linear(dim, dim, bias=False)
-        self.scale = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return (self.fc(x) + x) * self.scale
 
 
 def _fingerprint(opt):

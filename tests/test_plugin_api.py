@@ -7,23 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 from autoparallel.api import AutoParallel
-from torch import nn
 from torch.distributed.tensor.placement_types import Shard
 
 import autoparallel_constraints as apc
-
-
-class AddMul(nn.Module):
-    """Linear, then broadcasting add and mul: two pointwise table ops and a bias-like broadcast."""
-
-    def __init__(self, dim: int = 16) -> None:
-        super().__init__()
-        self.fc = nn.Linear(dim, dim, bias=False)
-        self.scale = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.fc(x)
-        return (y + x) * self.scale
+from autoparallel_constraints.models import AddMul
 
 
 def _autop(mesh):

@@ -14,28 +14,15 @@ import pulp
 import pytest
 import torch
 from autoparallel.api import AutoParallel
-from torch import nn
 
 import autoparallel_constraints as apc
 from autoparallel_constraints import _solvers
 from autoparallel_constraints._lab import run_seed
 from autoparallel_constraints._report import constraint_report
 from autoparallel_constraints._solvers import SolverConfig, SolverTimeLimitWarning, install, use_solver
-from autoparallel_constraints.models import SeedConfig
+from autoparallel_constraints.models import AddMul, SeedConfig
 
 SMALL = SeedConfig(num_heads=10, head_dim=16, batch=8, seq=16)
-
-
-class AddMul(nn.Module):
-    """Linear, then broadcasting add and mul (two pointwise table ops)."""
-
-    def __init__(self, dim: int = 16) -> None:
-        super().__init__()
-        self.fc = nn.Linear(dim, dim, bias=False)
-        self.scale = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return (self.fc(x) + x) * self.scale
 
 
 def _autop(mesh):
