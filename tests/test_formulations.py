@@ -17,44 +17,17 @@ import re
 from typing import Any
 
 import pytest
-import torch
-from torch.distributed.tensor.placement_types import Replicate, Shard
 
 import autoparallel_constraints as apc
 from autoparallel_constraints._lab import run_seed
 from autoparallel_constraints._report import ARTIFACT_NAME, constraint_report
 from autoparallel_constraints.formulations import FORMULATIONS, make_formulation
 from autoparallel_constraints.formulations.soft import DEFAULT_PENALTY
-from autoparallel_constraints.models import SeedConfig
 from autoparallel_constraints.testing import cpu_mesh
-from autoparallel_constraints.testing._inject import find_nodes, offer_strategy, pin_strategy, strategy_index
+from autoparallel_constraints.testing.conformance import SMALL, forced_348, pin_illegal, pin_producers
 
 FORMS = ("strict", "explicit", "soft", "lazy")
-SMALL = SeedConfig(num_heads=10, head_dim=16, batch=8, seq=16)
-INDEX_PUT = torch.ops.aten.index_put.default
-RS0 = (Replicate(), Shard(0))
-RS1 = (Replicate(), Shard(1))
-RR = (Replicate(), Replicate())
 NAME = re.compile(r"^(?P<form>[a-z]+)\.(?P<family>[a-z_]+)_(?P<idx>\d{3})$")
-
-
-def offer_pre_fix():
-    """What DTensor's index_put rule offered before pytorch#172350: self/out RS(0), values RS(1)."""
-    return offer_strategy(INDEX_PUT, input_placements=[RS0, RR, RS1], output_placements=RS0)
-
-
-def pin_producers(autop: Any) -> None:
-    """Pin the producers of index_put's self and values to RS(0) and RS(1), as in the issue."""
-    (node,) = find_nodes(autop, INDEX_PUT)
-    opt = autop.sharding_optimizer
-    opt.add_node_constraint(node.args[0], RS0, constraint_name="pin_self")
-    opt.add_node_constraint(node.args[2], RS1, constraint_name="pin_values")
-
-
-def pin_illegal(autop: Any) -> None:
-    """Pin index_put itself to the offered (illegal) strategy."""
-    (node,) = find_nodes(autop, INDEX_PUT)
-    pin_strategy(autop, node, strategy_index(autop, node, [RS0, RR, RS1], RS0), name="pin_illegal")
 
 
 class Run:
@@ -77,7 +50,7 @@ class Run:
             if scenario == "clean":
                 self.summary, self.audit = run_seed(formulation, mesh, config=SMALL, after_apply=grab)
             else:
-                with offer_pre_fix():
+                with forced_348():
                     self.summary, self.audit = run_seed(
                         formulation, mesh, config=SMALL, configure=configure, after_apply=grab
                     )
@@ -209,9 +182,9 @@ def test_soft_penalty_is_a_price_not_a_wall(make_mesh):
     """With a penalty below the saving, soft lets the rule give way on the forced case (the
     baseline's illegal plan, objective = baseline + penalty); the report says where and at what cost."""
     mesh = make_mesh((2, 4))
-    with offer_pre_fix():
+    with forced_348():
         base, _ = run_seed(None, mesh, config=SMALL, configure=pin_producers, apply=False)
-    with offer_pre_fix():
+    with forced_348():
         summary, _ = run_seed(
             "soft", mesh, config=SMALL, configure=pin_producers, apply=False, plugin_options={"penalty": 1e-3}
         )

@@ -60,6 +60,8 @@ __all__ = [
     "Run",
     "forced_348",
     "make",
+    "pin_illegal",
+    "pin_producers",
     "run_scenario",
     "swapped_numerics",
 ]
@@ -92,14 +94,16 @@ def forced_348() -> Any:
     return offer_strategy(INDEX_PUT, input_placements=[RS0, RR, RS1], output_placements=RS0)
 
 
-def _pin_producers(autop: Any) -> None:
+def pin_producers(autop: Any) -> None:
+    """Pin the producers of index_put's self and values to RS(0) and RS(1), as in the issue."""
     (node,) = find_nodes(autop, INDEX_PUT)
     opt = autop.sharding_optimizer
     opt.add_node_constraint(node.args[0], RS0, constraint_name="pin_self")
     opt.add_node_constraint(node.args[2], RS1, constraint_name="pin_values")
 
 
-def _pin_illegal(autop: Any) -> None:
+def pin_illegal(autop: Any) -> None:
+    """Pin index_put itself to the offered (illegal) strategy, as ``pin_illegal_000``."""
     (node,) = find_nodes(autop, INDEX_PUT)
     pin_strategy(autop, node, strategy_index(autop, node, [RS0, RR, RS1], RS0), name=PIN)
 
@@ -142,7 +146,7 @@ def run_scenario(scenario: str, spec: Spec | None, *, lower: bool = False) -> Ru
             except Exception as exc:  # noqa: BLE001 - the verdict is the point
                 run.lowered = exc
 
-    configure = {"clean": None, "forced": _pin_producers, "pinned": _pin_illegal}[scenario]
+    configure = {"clean": None, "forced": pin_producers, "pinned": pin_illegal}[scenario]
     form = make(spec) if spec is not None else None
     mesh = cpu_mesh((2, 4))
     try:
@@ -205,7 +209,7 @@ def failed_call_leaves_problem(spec: Spec) -> tuple[BaseException | None, bool, 
     error: BaseException | None = None
     with device_name(), forced_348(), AutoParallel(model, model.make_input, mesh) as autop:
         autop.add_input_constraints([(Shard(0), R)])
-        _pin_producers(autop)
+        pin_producers(autop)
         prob = autop.sharding_optimizer.prob
         before = (list(prob.constraints), {v.name: (v.lowBound, v.upBound) for v in prob.variables()}, str(prob.objective))
         try:
