@@ -29,6 +29,7 @@ from ._plugin import install as _install_plugin  # noqa: E402
 from ._report import ConstraintReport, constraint_report  # noqa: E402
 from ._solvers import SolverTimeLimitWarning, use_solver  # noqa: E402
 from ._state import AddedConstraints, PlannedRedistribute  # noqa: E402
+from ._verify import GraphViolation, VerifyReport, verify  # noqa: E402
 from .errors import (  # noqa: E402
     AuditError,
     AutoParallelMissingError,
@@ -43,6 +44,8 @@ from .errors import (  # noqa: E402
     StaleStrategiesError,
     StrictConflictError,
     UnknownOpError,
+    VerificationError,
+    VerificationWarning,
 )
 from .formulations import FORMULATIONS, Formulation, register_formulation  # noqa: E402
 from .table import Alignment, ArgSpec, Flag, Linearity, OpRule, Role, Table, default_table  # noqa: E402
@@ -61,6 +64,7 @@ __all__ = [
     "Flag",
     "Formulation",
     "FormulationError",
+    "GraphViolation",
     "InfeasibleConstraintsError",
     "InvalidOptionError",
     "InvalidRowError",
@@ -77,6 +81,9 @@ __all__ = [
     "StrictConflictError",
     "Table",
     "UnknownOpError",
+    "VerificationError",
+    "VerificationWarning",
+    "VerifyReport",
     "Violation",
     "add_op_constraints",
     "apc_redistribute",
@@ -86,6 +93,7 @@ __all__ = [
     "register_formulation",
     "register_rule",
     "use_solver",
+    "verify",
 ]
 
 __version__ = "0.1.0"

@@ -25,6 +25,7 @@ import contextvars
 import functools
 import logging
 import operator
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,7 @@ __all__ = ["ApplyRecord", "EdgeRecord", "PlannedRedistribute", "apc_redistribute
 
 TAG = "apc_constraint"  # meta["custom"] key on parallel-graph nodes made by a plugin redistribution
 NODE_TAG = "apc_node"  # meta["custom"] key: the joint-graph node a parallel-graph node came from
+MATERIALIZED_PREFIX = "all."  # constraint name of a materialize="all" node: all.redistribute_000
 OP_TAG = "apc_op"  # meta["custom"] key: that node's op family (see op_family)
 
 
@@ -93,6 +95,7 @@ class ApplyRecord:
     parallel_gm: torch.fx.GraphModule | None = None
     # read before the apply runs: its tracing may specialize the graph's symbolic sizes
     size_couplings: list[SizeCoupling] = field(default_factory=list)
+    verification: Any = None  # the verifier's VerifyReport, when the plugin ran it after apply
 
 
 _RECORD: contextvars.ContextVar[ApplyRecord | None] = contextvars.ContextVar("apc_apply_record", default=None)
@@ -326,16 +329,15 @@ def _explicit_edge(
     """
     from autoparallel.cost_models.collective_runtime_estimation import estimate_strategy_comms_cost
     from torch.distributed.tensor._dtensor_spec import DTensorSpec
-    from torch.distributed.tensor._redistribute import redistribute_local_tensor
 
     curr_order, tgt_order = interp._compute_origin_and_target_shard_order(node, curr_spec, tgt_spec)
     if curr_spec.placements == tgt_spec.placements and curr_order == tgt_order:
         return arg, tgt_spec
     source = DTensorSpec(curr_spec.mesh, curr_spec.placements, tensor_meta=curr_spec.tensor_meta, shard_order=curr_order)
     target = DTensorSpec(tgt_spec.mesh, tgt_spec.placements, tensor_meta=tgt_spec.tensor_meta, shard_order=tgt_order)
-    name = f"all.redistribute_{len(record.materialized):03d}"
+    name = f"{MATERIALIZED_PREFIX}redistribute_{len(record.materialized):03d}"
     with _tagged_meta(name):
-        out = redistribute_local_tensor(arg, source, target)
+        out = apc_redistribute(arg, source, target)  # the one function every plugin node runs
     record.materialized.append(
         PlannedRedistribute(
             node=node.name,
@@ -380,10 +382,27 @@ def _wrap_apply_placement_common(original: Any) -> Any:
         self._apc_apply_record = record
         for plan in record.redistributes:
             logger.info("apc: materialized %s", plan.describe())
+        if state is not None and state.verify != "off":
+            _verify_applied(self, record, state.verify)
         return result
 
     _apply_placement_common.__apc_wrapped__ = True  # type: ignore[attr-defined]
     return _apply_placement_common
+
+
+def _verify_applied(autop: Any, record: ApplyRecord, mode: str) -> None:
+    """The safe default: the parallel graph just built is proven before anyone trains on it."""
+    from ._verify import verify
+    from .errors import VerificationError, VerificationWarning
+
+    report = verify(autop, gm=record.parallel_gm, placement=record.placement)
+    record.verification = report
+    if report.ok:
+        return
+    if mode == "raise" and report.violations:
+        raise VerificationError(report)
+    # unproven outputs only (or verify="warn"): nothing wrong was found, nothing proven either
+    warnings.warn(str(VerificationError(report)), VerificationWarning, stacklevel=3)
 
 
 def install() -> None:

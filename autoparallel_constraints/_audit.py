@@ -27,10 +27,11 @@ from typing import Any
 
 import torch
 
-from ._apply import NODE_TAG, OP_TAG, ApplyRecord, EdgeRecord, op_family
+from ._apply import MATERIALIZED_PREFIX, NODE_TAG, OP_TAG, ApplyRecord, EdgeRecord, op_family
 from ._placements import fmt_spec, local_shape
 from ._sizes import size_mismatches
 from ._state import PlannedRedistribute, get_state
+from ._verify import VerifyReport, verify
 from .errors import AuditError
 from .table import Table, bind, check, default_table
 
@@ -86,15 +87,18 @@ class AuditReport:
     """Result of :func:`audit`. ``ok`` is True when there is no violation."""
 
     violations: tuple[Violation, ...]
-    redistributes: tuple[PlannedRedistribute, ...]
+    redistributes: tuple[PlannedRedistribute, ...]  # the formulation's repairs (table ops)
     table_nodes: int
     edges: int
     repaired_nodes: tuple[str, ...] = field(default=())  # plan broke a row, the plugin's nodes fixed it
     size_couplings: int = 0  # shape arguments checked (see _sizes)
+    verification: VerifyReport | None = None  # the verifier on the parallel graph (see _verify)
+    materialized: tuple[PlannedRedistribute, ...] = field(default=())  # materialize="all": every planned edge
 
     @property
     def ok(self) -> bool:
-        return not self.violations
+        """No plan-check violation and the verifier clean (when the parallel graph was available)."""
+        return not self.violations and (self.verification is None or self.verification.ok)
 
     def by_kind(self, kind: str) -> list[Violation]:
         return [v for v in self.violations if v.kind == kind]
@@ -104,15 +108,21 @@ class AuditReport:
         if self.ok:
             return "clean"
         counts = {k: len(self.by_kind(k)) for k in KINDS if self.by_kind(k)}
-        return ", ".join(f"{n} {k}" for k, n in counts.items())
+        parts = [f"{n} {k}" for k, n in counts.items()]
+        if self.verification is not None and not self.verification.ok:
+            parts.append(f"verifier: {self.verification.verdict}")
+        return ", ".join(parts)
 
     def __str__(self) -> str:
         lines = [
             f"audit: {self.verdict} ({self.table_nodes} table ops, {self.edges} edges checked, "
             + (f"{self.size_couplings} size couplings, " if self.size_couplings else "")
-            + f"{len(self.redistributes)} plugin redistributes)"
+            + f"{len(self.redistributes)} plugin redistributes"
+            + (f", {len(self.materialized)} edges materialized)" if self.materialized else ")")
         ]
         lines += [str(v) for v in self.violations]
+        if self.verification is not None:
+            lines.append(str(self.verification))
         if self.redistributes:
             lines.append("plugin redistributes:")
             lines += [f"    {r.describe()}" for r in self.redistributes]
@@ -273,9 +283,14 @@ def audit(autop: Any, *, table: Table | None = None) -> AuditReport:
         violations.append(
             Violation(kind="size_mismatch", node=coupling.consumer.name, op=str(coupling.consumer.target), rule=None, reasons=(why,))
         )
+    verification = record.verification
+    if verification is None and record.parallel_gm is not None:
+        verification = verify(autop, gm=record.parallel_gm, placement=record.placement, table=table)
     report = AuditReport(
+        verification=verification,
         violations=tuple(violations),
-        redistributes=tuple(record.redistributes),
+        redistributes=tuple(r for r in record.redistributes if not r.constraint.startswith(MATERIALIZED_PREFIX)),
+        materialized=tuple(r for r in record.redistributes if r.constraint.startswith(MATERIALIZED_PREFIX)),
         table_nodes=n_table,
         edges=len(record.edges),
         repaired_nodes=tuple(repaired),

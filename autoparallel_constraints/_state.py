@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 __all__ = ["AddedConstraints", "PlannedRedistribute", "PluginState", "families", "get_state"]
 
 
+VERIFY_MODES = ("raise", "warn", "off")  # add_op_constraints(verify=...): after apply, see _verify
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PlannedRedistribute:
     """One redistribution the plan needs in front of a table op, and where it landed."""
@@ -103,6 +105,7 @@ class PluginState:
     objective_terms: list[tuple[pulp.LpVariable, float]] = field(default_factory=list)
     report: ConstraintReport | None = None  # of the last solve
     hook_seconds: float = 0.0  # the plugin's Python work in the optimizer hooks, last solve
+    verify: str = "raise"  # after apply: "raise", "warn" or "off" (see _verify)
 
     @property
     def optimizer(self) -> ShardingOptimizer:

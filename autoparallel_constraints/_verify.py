@@ -41,7 +41,7 @@ import operator
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -50,7 +50,7 @@ from torch.distributed.tensor.placement_types import Partial, Placement, Replica
 from torch.utils._pytree import tree_flatten, tree_map
 
 from ._placements import fmt_placements, fmt_spec
-from .errors import AuditError, ConstraintsError
+from .errors import AuditError
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["GraphViolation", "VerificationError", "VerifyReport", "verify", "verify_graph"]
+__all__ = ["GraphViolation", "VerifyReport", "contract", "verify", "verify_graph"]
 
 KINDS = (
     "illegal_collective",
@@ -72,20 +72,6 @@ KINDS = (
 
 aten = torch.ops.aten
 c10d = torch.ops._c10d_functional
-
-
-class VerificationError(ConstraintsError, RuntimeError):
-    """The parallel graph does not compute what the single-device model computes (per the verifier)."""
-
-    def __init__(self, report: VerifyReport) -> None:
-        self.report = report
-        first = report.violations[0]
-        super().__init__(
-            f"the parallel graph fails verification at {first.node} ({first.op}): {first.reason}. "
-            f"inferred {first.inferred}, expected {first.expected}. {len(report.violations)} violation(s) "
-            "in all (see .report). The plan may be right while the graph is not (upstream PR #517): "
-            "try add_op_constraints(materialize='all'), or verify='warn' to inspect the graph."
-        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -115,12 +101,14 @@ class VerifyReport:
     unknown: dict[str, int]  # op -> tensor nodes left unknown
     unknown_reasons: dict[str, str]  # node -> why
     nodes: int
-    seconds: float = 0.0
+    seconds: float = field(default=0.0, compare=False)  # reports of one graph compare equal
     outputs_checked: int = 0
+    unproven_outputs: tuple[str, ...] = ()  # outputs left unknown: nothing proven about them
 
     @property
     def ok(self) -> bool:
-        return not self.violations
+        """No violation and every output proven (an unknown output is not a clean one)."""
+        return not self.violations and not self.unproven_outputs
 
     @property
     def n_proven(self) -> int:
@@ -135,7 +123,10 @@ class VerifyReport:
         if self.ok:
             return "clean"
         counts = Counter(v.kind for v in self.violations)
-        return ", ".join(f"{n} {k}" for k, n in counts.items())
+        parts = [f"{n} {k}" for k, n in counts.items()]
+        if self.unproven_outputs:
+            parts.append(f"{len(self.unproven_outputs)} outputs unproven")
+        return ", ".join(parts)
 
     def __str__(self) -> str:
         head = (
@@ -144,6 +135,7 @@ class VerifyReport:
         )
         lines = [head]
         lines += [f"  {v}" for v in self.violations]
+        lines += [f"  UNPROVEN OUTPUT: {u}" for u in self.unproven_outputs]
         if self.unknown:
             lines.append("  unknown by op: " + ", ".join(f"{op} {n}" for op, n in sorted(self.unknown.items())))
             for node, why in list(self.unknown_reasons.items())[:10]:
@@ -177,6 +169,16 @@ class _Stacked:
     spec: Any  # DTensorSpec of the gathered input
     dims: tuple[int, ...]  # mesh dims gathered
     piece: int | None = None  # set for one chunk of the stack
+
+
+@dataclass(frozen=True, slots=True)
+class _Gathered:
+    """A dim-0 all_gather's result: replicated on ``dims`` (``spec``), and remembered as gathered, so
+    that chunking it back into the ranks' shards and concatenating them along another dim (which
+    permutes the data) is seen."""
+
+    spec: Any
+    dims: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +241,7 @@ _NEW_FACTORY = {
     aten.new_full.default: 2,
     aten.new_empty_strided.default: None,
 }
+_SPLITS = {aten.split.Tensor, aten.split_with_sizes.default, aten.chunk.default}
 _CASTS = {torch.ops.prims.convert_element_type.default, aten._to_copy.default}
 _VIEW_SHAPE_ARG = {
     aten.view.default,
@@ -268,6 +271,7 @@ class _Verifier:
         self.unknown: Counter[str] = Counter()
         self.unknown_reasons: dict[str, str] = {}
         self.outputs_checked = 0
+        self.unproven: list[str] = []  # outputs whose placement could not be derived
         self.sizes = tuple(int(s) for s in mesh.shape)
         self.coordinate = tuple(int(c) for c in (mesh.get_coordinate() or [0] * mesh.ndim))
         self.groups = _group_names(mesh)
@@ -342,6 +346,11 @@ class _Verifier:
                 return _Unknown(f"depends on unknown ({a.reason})" if not a.reason.startswith("depends") else a.reason)
         if target is operator.getitem:
             return self._getitem(node, args)
+        if target not in _PASS_THROUGH and target not in _SPLITS:
+            unwrap = lambda a: a.spec if isinstance(a, _Gathered) else a
+            args = tree_map(unwrap, args, is_leaf=lambda a: isinstance(a, _Gathered))
+            kwargs = tree_map(unwrap, kwargs, is_leaf=lambda a: isinstance(a, _Gathered))
+            flat = tree_flatten((args, kwargs))[0]
         consts = [a for a in flat if isinstance(a, _Const)]
         if consts and not any(_is_spec(a) or isinstance(a, _Fill) for a in flat) and isinstance(target, torch._ops.OpOverload):
             # constants only (e.g. the mesh layout a coordinate is read from): evaluate them
@@ -363,7 +372,7 @@ class _Verifier:
             sliced = self._rank_slice(node, args)
             if sliced is not None:
                 return sliced
-        if target in (aten.split.Tensor, aten.split_with_sizes.default, aten.chunk.default):
+        if target in _SPLITS:
             return self._split(node, args)
         if target is aten.cat.default:
             merged = self._cat(node, args)
@@ -422,11 +431,21 @@ class _Verifier:
             return arg.dims
         if isinstance(arg, str) and arg in self.groups:
             return self.groups[arg]
+        if isinstance(arg, str):
+            dims = _group_dims_by_ranks(arg, self.mesh)
+            if dims is not None:
+                self.groups[arg] = dims
+                return dims
         raise _Violation("illegal_collective", f"process group {arg!r} is not a group of this mesh")
 
     def _collective(self, node: torch.fx.Node, args: Any) -> Any:
         name = node.target._schema.name.split("::")[-1]  # type: ignore[union-attr]
         x = args[0]
+        if isinstance(x, _Fill):
+            # a constant is the same constant gathered, scattered or moved; reduced, it scales
+            val = node.meta.get("val")
+            keep = x.value if name != "all_reduce" and name != "reduce_scatter_tensor" or x.value == 0.0 else None
+            return _Fill(_concrete(val.shape), keep, val.dtype)
         if name == "all_reduce":
             op, dims = args[1], self._group(args[2])
             spec = self._dist(x, name)
@@ -458,7 +477,7 @@ class _Verifier:
             (tdim,) = tdims
             self._check_innermost(spec, dims, tdim, name)
             if tdim == 0 and not any(isinstance(spec.placements[d], _StridedShard) for d in dims):
-                return self._with(spec, {d: Replicate() for d in dims})
+                return _Gathered(self._with(spec, {d: Replicate() for d in dims}), dims)
             return _Stacked(spec, dims)
         if name == "reduce_scatter_tensor":
             op, dims = args[1], self._group(args[3])
@@ -568,15 +587,21 @@ class _Verifier:
             if dim != 0 or count != _prod(self.sizes[d] for d in x.dims):
                 return _Unknown("split of gathered shards that is not one piece per rank")
             return [_Stacked(x.spec, x.dims, piece=i) for i in range(count)]
+        if isinstance(x, _Fill):
+            return [_Fill(_concrete(t.shape), x.value, t.dtype) for t in val]
+        if isinstance(x, _Gathered):
+            x_dims, x = x.dims, x.spec
+            if count == _prod(self.sizes[d] for d in x_dims) and (args[2] if len(args) > 2 else 0) == 0:
+                # the chunks of a dim-0 gather are the ranks' shards: only a cat along 0 undoes them
+                return [_Stacked(_with_shard0(x, x_dims), x_dims, piece=i) for i in range(count)]
         spec = self._dist(x, "split")
         dim = (args[2] if len(args) > 2 else 0) % len(spec.tensor_meta.shape)
         sizes = [tuple(t.shape) for t in val] if isinstance(val, (list, tuple)) else []
         local = self._local_shape(spec)
         even = len({s[dim] for s in sizes}) == 1 and count and local[dim] == count * sizes[0][dim]
-        placement_dim_sharded = any(_sharded_dim(p) == dim for p in spec.placements)
-        if not placement_dim_sharded and even:
-            # A chunking DTensor emits for a redistribution, or a plain split of a replicated dim:
-            # decided by what consumes the pieces.
+        if even and _redistribution_split(node):
+            # what DTensor emits: one chunk taken (this rank's), or all chunks restacked along 0
+            # for a reduce_scatter / all-to-all. A model's own split is anything else.
             return [_Chunks(spec, dim, count, piece=i) for i in range(count)]
         return self._compute(node, args, {})
 
@@ -610,6 +635,9 @@ class _Verifier:
             return _Unknown(f"chunks of dim {first.dim} concatenated along {dim}")
         if any(isinstance(p, (_Stacked, _Chunks)) for p in pieces):
             return _Unknown("cat mixing redistribution pieces with tensors")
+        if all(isinstance(p, _Fill) for p in pieces) and len({p.value for p in pieces}) == 1:
+            val = node.meta["val"]
+            return _Fill(_concrete(val.shape), pieces[0].value, val.dtype)
         return None
 
     # -- factories and compute -----------------------------------------------------------------
@@ -831,6 +859,8 @@ class _Verifier:
     # -- helpers -------------------------------------------------------------------------------
 
     def _dist(self, x: Any, what: str) -> Any:
+        if isinstance(x, _Gathered):
+            x = x.spec
         if _is_spec(x):
             return x
         if isinstance(x, _Const):
@@ -913,14 +943,28 @@ class _Verifier:
             if expected is None or value is None:
                 continue
             self.outputs_checked += 1
-            if isinstance(value, _Unknown):
-                continue  # already counted as unknown where it arose
+            if isinstance(value, _Gathered):
+                value = value.spec
+            if isinstance(value, _Chunks) and value.piece is not None:
+                value = self._chunk_as_rank_slice(value)
+            if isinstance(value, _Unknown) or value is _SCALAR:
+                self.unproven.append(f"{name} ({getattr(arg, 'name', arg)}): {getattr(value, 'reason', 'no placement')}")
+                continue
             if isinstance(value, _Fill):
                 if value.value != 0.0 and any(isinstance(p, Partial) for p in expected.placements):
                     self._output_violation(arg, name, "a fill", expected)
                 continue
             if not _is_spec(value) or not _same_layout(value, expected):
                 self._output_violation(arg, name, fmt_spec(value) if _is_spec(value) else type(value).__name__, expected)
+                continue
+            got_shape = tuple(value.tensor_meta.shape) if value.tensor_meta is not None else None
+            want_shape = tuple(expected.tensor_meta.shape) if expected.tensor_meta is not None else None
+            if got_shape is not None and want_shape is not None and got_shape != want_shape:
+                self.violations.append(GraphViolation(
+                    kind="output_mismatch", node=getattr(arg, "name", str(arg)), op=f"output {name}",
+                    reason=f"{name} leaves the graph with global shape {list(got_shape)}, the contract says {list(want_shape)}",
+                    inferred=f"{fmt_spec(value)} {list(got_shape)}", expected=f"{fmt_spec(expected)} {list(want_shape)}",
+                ))
 
     def _output_violation(self, arg: Any, name: str, inferred: str, expected: Any) -> None:
         self.violations.append(GraphViolation(
@@ -1080,6 +1124,31 @@ def _updated_order(spec: Any, changes: dict[int, Placement], append_to: int | No
     return tuple(ShardOrderEntry(tensor_dim=d, mesh_dims=tuple(ms)) for d, ms in sorted(entries.items()) if ms)
 
 
+def _with_shard0(spec: Any, dims: tuple[int, ...]) -> Any:
+    """``spec`` (replicated on ``dims`` after a gather) as it was before: Shard(0) on ``dims``."""
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec
+
+    placements = list(spec.placements)
+    for d in dims:
+        placements[d] = Shard(0)
+    return DTensorSpec(spec.mesh, tuple(placements), tensor_meta=spec.tensor_meta)
+
+
+def _redistribution_split(node: torch.fx.Node) -> bool:
+    """A split DTensor's redistribute emits: exactly one piece used (this rank's chunk), or every
+    piece used once by one ``cat`` along dim 0 (restacking for a reduce_scatter / all-to-all)."""
+    getitems = [u for u in node.users if u.op == "call_function" and u.target is operator.getitem]
+    if len(getitems) != len(node.users):
+        return False
+    if len({g.args[1] for g in getitems}) == 1:
+        return True
+    cats = {u for g in getitems for u in g.users}
+    if len(cats) != 1:
+        return False
+    (cat,) = cats
+    return cat.target is aten.cat.default and (cat.args[1] if len(cat.args) > 1 else 0) == 0
+
+
 def _strided_flatten(spec: Any, global_out: Sequence[int]) -> Any:
     """The output spec of a view that flattens a sharded dim behind other dims, which DTensor's view
     rule refuses but the data layout allows: ``[8, 64(S), 1024] -> [512, 1024]`` holds, on each rank,
@@ -1172,6 +1241,23 @@ def _group_names(mesh: DeviceMesh) -> dict[str, tuple[int, ...]]:
     return names
 
 
+def _group_dims_by_ranks(name: str, mesh: DeviceMesh) -> tuple[int, ...] | None:
+    """The root mesh dims a process group spans, from its ranks (another mesh object of the same
+    layout, e.g. a strategy cached for an equal mesh, has groups of other names but the same ranks)."""
+    import torch.distributed as dist
+    from torch.distributed.distributed_c10d import _resolve_process_group
+
+    try:
+        ranks = dist.get_process_group_ranks(_resolve_process_group(name))
+    except Exception:  # noqa: BLE001 - not a live group
+        return None
+    dims = _rank_layout_dims(torch.tensor(sorted(ranks)), mesh)
+    if dims is None or len(dims) != 1:
+        return None
+    me = dist.get_rank()
+    return dims[0] if me in ranks else None
+
+
 def _mesh_dims_of(obj: Any, root: DeviceMesh) -> tuple[tuple[int, ...], ...] | None:
     """For each dim of a (sub/flattened) DeviceMesh object, the root mesh dims it spans.
 
@@ -1237,12 +1323,15 @@ def verify_graph(
         nodes=len(gm.graph.nodes),
         seconds=time.perf_counter() - start,
         outputs_checked=v.outputs_checked,
+        unproven_outputs=tuple(v.unproven),
     )
     logger.info("apc verify: %s", report.verdict)
     return report
 
 
-def contract(autop: Any) -> tuple[list[DTensorSpec | None], list[tuple[str, DTensorSpec | None]]]:
+def contract(
+    autop: Any, placement: dict[torch.fx.Node, Any] | None = None
+) -> tuple[list[DTensorSpec | None], list[tuple[str, DTensorSpec | None]]]:
     """The interface of ``autop``'s parallel graph: its inputs' and outputs' placements.
 
     Inputs: each joint-graph placeholder with the placements the parallel module holds it in
@@ -1252,7 +1341,8 @@ def contract(autop: Any) -> tuple[list[DTensorSpec | None], list[tuple[str, DTen
     from autoparallel.apply_sharding import _build_physical_placements
     from autoparallel.shardings.ordered_sharding import compute_optimal_placement_order_for_parameters
 
-    placement = getattr(autop, "sharding_placement", None)
+    if placement is None:
+        placement = getattr(autop, "sharding_placement", None)
     if placement is None:
         raise AuditError("verify() needs a solved and applied AutoParallel: call optimize_placement and apply first")
     gm = autop.gm
@@ -1318,11 +1408,19 @@ def _grad_targets(gm: torch.fx.GraphModule, placeholders: list[torch.fx.Node], d
     return out
 
 
-def verify(autop: Any, *, gm: torch.fx.GraphModule | None = None, table: Table | None = None) -> VerifyReport:
+def verify(
+    autop: Any,
+    *,
+    gm: torch.fx.GraphModule | None = None,
+    placement: dict[torch.fx.Node, Any] | None = None,
+    table: Table | None = None,
+) -> VerifyReport:
     """Prove the placements of ``autop``'s parallel graph (or of ``gm``) from the graph alone.
 
     Needs ``apply_placement`` (or the common apply step) to have run. Reads the graph and its
-    interface contract (:func:`contract`), never the plugin's records or solver values.
+    interface contract (:func:`contract`: the placements the plan gives the graph's inputs and
+    outputs, from ``placement``, default the plan last applied), never the plugin's records, the
+    solver's values for inner nodes, or the plan of any inner node.
     """
     if gm is None:
         gm = getattr(autop, "parallel_gm", None)
@@ -1334,7 +1432,10 @@ def verify(autop: Any, *, gm: torch.fx.GraphModule | None = None, table: Table |
 
         state = get_state(autop)
         table = state.table if state is not None else default_table()
-    inputs, outputs = contract(autop)
+    if placement is None:
+        record = getattr(autop, "_apc_apply_record", None)
+        placement = record.placement if record is not None else None
+    inputs, outputs = contract(autop, placement)
     return verify_graph(gm, autop.mesh, inputs, outputs, table=table)
 
 

@@ -21,6 +21,8 @@ __all__ = [
     "SolverUnavailableError",
     "StrictConflictError",
     "UnknownOpError",
+    "VerificationError",
+    "VerificationWarning",
 ]
 
 PIN_COMMIT = "a54c2529b1cb10b6b27a585b4a6fc2f84bc1d232"
@@ -86,3 +88,30 @@ class SolverTimeLimitError(ConstraintsError, RuntimeError):
 
 class StaleStrategiesError(ConstraintsError, RuntimeError):
     """The optimizer's strategies were computed for another mesh (autoparallel's mesh-blind cache)."""
+
+
+class VerificationError(ConstraintsError, RuntimeError):
+    """The verifier rejects the parallel graph (``add_op_constraints(verify="raise")``, the default).
+
+    ``report`` is the :class:`~autoparallel_constraints.VerifyReport`; the message names the first
+    violating node, the placement the verifier inferred there and the one expected.
+    """
+
+    def __init__(self, report: object) -> None:
+        self.report = report
+        violations = getattr(report, "violations", ())
+        first = violations[0] if violations else None
+        where = (
+            f"{first.node} ({first.op}): {first.reason}; inferred {first.inferred}, expected {first.expected}"
+            if first is not None else "outputs the verifier could not prove: "
+            + "; ".join(getattr(report, "unproven_outputs", ()))
+        )
+        super().__init__(
+            f"the parallel graph fails verification at {where}. {len(violations)} violation(s) in all "
+            "(see .report). The plan can be right while the graph is not (upstream PR #517): use "
+            "add_op_constraints(materialize='all'), or verify='warn' to get the graph and inspect it."
+        )
+
+
+class VerificationWarning(UserWarning):
+    """``add_op_constraints(verify="warn")``: the verifier rejects the parallel graph."""

@@ -71,7 +71,7 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.placement_types import Placement, Replicate, Shard
 
 from .._placements import fmt_placements
-from ..errors import ConstraintsError, InvalidOptionError
+from ..errors import ConstraintsError, InvalidOptionError, VerificationError
 from ._harness import cpu_mesh, device_name
 
 if TYPE_CHECKING:
@@ -828,8 +828,14 @@ def run_numerics(
         )
         stage = "compare"
         checks = compare(reference, run, atol=atol, rtol=rtol)
-    except ConstraintsError:  # the caller's mistake (bad option, pin conflict), not a wrong plan
-        raise
+    except ConstraintsError as exc:  # the caller's mistake (bad option, pin conflict), not a wrong plan
+        if not isinstance(exc, VerificationError):
+            raise
+        # the verifier refusing the graph is a finding about the plan: reported like a crash
+        return NumericsReport(
+            checks=(), error=_error_text(stage, exc), details=traceback.format_exc(),
+            mesh_shape=mesh_shape, physical=physical, collectives=collectives,
+        )
     except Exception as exc:  # reported, not raised: a wrong plan may well crash the graph
         logger.debug("numerics run failed at %s", stage, exc_info=True)
         return NumericsReport(

@@ -1,0 +1,209 @@
+"""Guards the verifier (``apc.verify``): placements proven from the parallel graph alone.
+
+* correct graphs come out clean with no unknown node: the seed block on 2x4 (the static graph
+  ``apply_placement`` builds, rank coordinates as constants), llama3 small and Falcon tiny (graphs
+  with symbolic coordinates, as the numerics harness builds them: full tier);
+* the swapped index_put case with the plugin's own redistribute node sabotaged (made identity, or
+  given the target with the mesh dims swapped) is flagged, and LocalTensorMode shows its numbers
+  wrong; the same case unsabotaged is clean and exact;
+* the natural PR #517 case: autoparallel alone is flagged (a reduce_scatter of a Replicate), the
+  default call is clean and exact;
+* ``verify="raise"`` (the default) raises ``VerificationError`` naming the node, ``"warn"`` warns,
+  ``"off"`` skips; anything else is an ``InvalidOptionError``; ``apc.audit``'s ``ok`` rests on the
+  verifier too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from torch.distributed.tensor.placement_types import Replicate, Shard
+
+import autoparallel_constraints as apc
+from autoparallel_constraints import _apply
+from autoparallel_constraints._lab import run_seed
+from autoparallel_constraints.models import SeedBlock, SeedConfig, falcon_tiny, llama3_small
+from autoparallel_constraints.testing import cpu_mesh, run_numerics
+from autoparallel_constraints.testing.conformance import SWAPPED, SWAPPED_CONFIG
+from autoparallel_constraints.testing._inject import find_nodes, offer_strategy
+
+INDEX_PUT = torch.ops.aten.index_put.default
+DIVERGING = SeedConfig(num_heads=16, head_dim=64, batch=8, seq=64)  # PR #517 on 2x2 with io (S0, S1)
+
+
+def _identity(local: torch.Tensor, source: Any, target: Any) -> torch.Tensor:
+    return local
+
+
+def _mesh_dims_swapped(local: torch.Tensor, source: Any, target: Any) -> torch.Tensor:
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec
+    from torch.distributed.tensor._redistribute import redistribute_local_tensor
+
+    wrong = DTensorSpec(target.mesh, tuple(reversed(target.placements)), tensor_meta=target.tensor_meta)
+    return redistribute_local_tensor(local, source, wrong)
+
+
+def _swapped_case(verify: str, sabotage: Any = None, materialize: str = "table") -> tuple[Any, list[Any]]:
+    """The swapped index_put case on 2x2 (self (S0,S1), values (S1,S0), illegal strategy offered and
+    both producers pinned), formulation explicit, with an optional sabotaged redistribute."""
+    self_p, values_p = SWAPPED
+    seen: list[Any] = []
+
+    def configure(autop: Any) -> None:
+        (node,) = find_nodes(autop, INDEX_PUT)
+        opt = autop.sharding_optimizer
+        opt.add_node_constraint(node.args[0], self_p, constraint_name="pin_self")
+        opt.add_node_constraint(node.args[2], values_p, constraint_name="pin_values")
+        autop.add_op_constraints(formulation="explicit", materialize=materialize, verify=verify)
+
+    with offer_strategy(INDEX_PUT, input_placements=[self_p, (Replicate(), Replicate()), values_p], output_placements=self_p):
+        original = _apply.apc_redistribute
+        if sabotage is not None:
+            _apply.apc_redistribute = sabotage
+        try:
+            report = run_numerics(
+                lambda: SeedBlock(SWAPPED_CONFIG),
+                lambda: torch.randn(SWAPPED_CONFIG.batch, SWAPPED_CONFIG.seq, SWAPPED_CONFIG.hidden),
+                (2, 2),
+                configure=configure,
+                parameter_memory_constraint=False,
+                after_apply=lambda autop: seen.append(apc.audit(autop)),
+            )
+        finally:
+            _apply.apc_redistribute = original
+    return report, seen
+
+
+def test_honest_plugin_node_is_clean_and_exact():
+    """The explicit formulation's redistribute node, unsabotaged: verifier clean, numbers exact."""
+    report, audits = _swapped_case("raise")
+    assert report.ok, report
+    (audit,) = audits
+    assert audit.ok and audit.verification is not None and audit.verification.ok, audit
+    assert audit.verification.n_unknown == 0, audit.verification
+
+
+def test_sabotaged_plugin_nodes_are_flagged():
+    """The audit once took the plugin's word for its own nodes; the verifier reads the graph. With
+    materialize="all" every planned redistribution is a plugin node; given the target with its mesh
+    dims swapped, (R, R) -> (S(1), S(0)) becomes (S(0), S(1)): same local shapes, wrong shards. The
+    numbers go wrong and the verifier says where."""
+    report, audits = _swapped_case("warn", _mesh_dims_swapped, materialize="all")
+    assert not report.ok, "the sabotage should make the numbers wrong"
+    (audit,) = audits
+    assert not audit.ok and not audit.verification.ok, audit
+
+
+@pytest.mark.full
+def test_identity_plugin_nodes_cannot_build_a_graph():
+    """Made identity, the same nodes leave local shapes that no op accepts: the apply itself fails,
+    so there is no graph to train (nor to verify)."""
+    report, audits = _swapped_case("warn", _identity, materialize="all")
+    assert report.error is not None and report.error.startswith("apply"), report
+    assert not audits
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("sabotage", [_identity, _mesh_dims_swapped], ids=["identity", "mesh-dims-swapped"])
+def test_verifier_agrees_with_numbers_on_the_index_put_node(sabotage):
+    """materialize="table": the plugin's one node here moves index_put's ``self``, a tensor of zeros
+    (the backward's ``full``), so a sabotage of it changes no number, and the verifier (which knows a
+    constant fill is valid in any placement) agrees: clean exactly when the numbers are exact."""
+    report, audits = _swapped_case("warn", sabotage, materialize="table")
+    (audit,) = audits
+    assert audit.verification.ok == report.ok, (audit, report)
+
+
+@pytest.mark.full
+def test_default_call_refuses_a_sabotaged_graph():
+    """verify="raise" (the default): apply stops with a VerificationError naming the node."""
+    report, audits = _swapped_case("raise", _mesh_dims_swapped, materialize="all")
+    assert report.error is not None and "VerificationError" in report.error, report
+    assert not audits  # apply never returned a graph to audit
+
+
+_DIVERGING_RUNS: dict[str, Any] = {}
+
+
+def _diverging(mode: str) -> tuple[Any, Any]:
+    """The seed block at NH16 HD64 b8 s64 on 2x2, io (S0, S1): autoparallel alone ("none") or the
+    default call ("default"). One run per mode per session."""
+    if mode not in _DIVERGING_RUNS:
+        placements = [(Shard(0), Shard(1))]
+        seen: list[Any] = []
+
+        def configure(autop: Any) -> None:
+            if mode == "default":
+                autop.add_op_constraints()
+
+        report = run_numerics(
+            lambda: SeedBlock(DIVERGING),
+            lambda: torch.randn(DIVERGING.batch, DIVERGING.seq, DIVERGING.hidden),
+            (2, 2),
+            input_placements=placements,
+            output_placements=placements,
+            atol=1e-3,
+            rtol=1e-4,
+            configure=configure,
+            after_apply=lambda autop: seen.append(apc.verify(autop)),
+        )
+        _DIVERGING_RUNS[mode] = (report, seen[0] if seen else None)
+    return _DIVERGING_RUNS[mode]
+
+
+def test_pr517_without_plugin_is_flagged():
+    """autoparallel alone reduces a gradient that is already whole: 2x, and the verifier names the
+    reduce_scatter of a Replicate tensor."""
+    report, verification = _diverging("none")
+    assert report.check("grad:proj.weight").ratio == pytest.approx(2.0, abs=1e-4), report
+    assert not verification.ok
+    assert any(v.kind == "illegal_collective" and "reduce_scatter" in v.op for v in verification.violations), verification
+
+
+def test_pr517_default_call_is_clean_and_exact():
+    """The default call (materialize="all", verify="raise") trains exactly, and says why it may."""
+    report, verification = _diverging("default")
+    assert report.ok, report
+    assert verification.ok and verification.n_unknown == 0, verification
+
+
+def test_static_seed_graph_is_clean_without_unknowns():
+    """The graph apply_placement builds (constants for rank coordinates) on 2x4, default call."""
+    seen: list[Any] = []
+    run_seed("explicit", cpu_mesh((2, 4)), after_apply=lambda autop: seen.append(apc.verify(autop)))
+    (verification,) = seen
+    assert verification.ok and verification.n_unknown == 0, verification
+    assert verification.outputs_checked >= 1
+
+
+def test_verify_option_is_checked():
+    """A verify mode that does not exist is refused before anything is added."""
+    from autoparallel.api import AutoParallel
+
+    from autoparallel_constraints.testing import device_name
+
+    mesh = cpu_mesh((2, 4))
+    with torch.device("meta"):
+        model = SeedBlock(SeedConfig(num_heads=2, head_dim=8, batch=8, seq=4))
+    with device_name(), AutoParallel(model, lambda: model.make_input(), mesh) as autop:
+        with pytest.raises(apc.InvalidOptionError, match="verify must be one of"):
+            autop.add_op_constraints(verify="sometimes")
+        assert getattr(autop, "_apc_state", None) is None
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("name", ["llama3_small", "falcon_tiny"])
+def test_real_model_graphs_have_no_unknowns(name):
+    """Graphs with symbolic coordinates (the numerics harness's): clean, every node proven, exact."""
+    model_fn, input_fn = {"llama3_small": llama3_small, "falcon_tiny": falcon_tiny}[name]()
+    seen: list[Any] = []
+    report = run_numerics(
+        model_fn, input_fn, (2, 2), atol=1e-4, rtol=1e-4,
+        configure=lambda autop: autop.add_op_constraints(),
+        after_apply=lambda autop: seen.append(apc.verify(autop)),
+    )
+    assert report.ok, report
+    (verification,) = seen
+    assert verification.ok and verification.n_unknown == 0, verification
