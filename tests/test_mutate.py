@@ -36,7 +36,7 @@ ADDMUL = Source(
     input_fn=lambda: torch.randn(4, 8),
     input_placements=lambda ndim: [(Shard(0), Shard(1))],
     output_placements=lambda ndim: [(Shard(1), Shard(0))],
-    configure=lambda autop: autop.add_op_constraints(materialize="all"),
+    op_constraints={"materialize": "all"},
     parameter_memory_constraint=False,
 )
 

@@ -70,7 +70,7 @@ import random
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -150,24 +150,22 @@ def _batch_pins(ndim: int) -> list[Placements]:
     return [(Shard(0),) + (Replicate(),) * (ndim - 1)]
 
 
-def _default_call(autop: AutoParallel) -> None:
-    autop.add_op_constraints()
-
-
 @dataclass(frozen=True, kw_only=True)
 class Source:
     """A model, its interface pins and the plugin call: one correct parallel graph per mesh.
 
     ``input_placements(ndim)`` / ``output_placements(ndim)`` give the pins on a mesh of ``ndim``
     dims (an output entry None leaves it to the solver). ``configure(autop)`` runs after those
-    pins and the parameter-memory constraint, before the solve; ``context()`` is active for the
-    whole build (e.g. a strategy offered to the solver).
+    pins and the parameter-memory constraint, then ``autop.add_op_constraints(**op_constraints)``
+    (the plugin's default call when empty; None: the plugin is not called), then the solve.
+    ``context()`` is active for the whole build (e.g. a strategy offered to the solver).
     """
 
     name: str
     model_fn: Callable[[], nn.Module]
     input_fn: Callable[[], Tensor]
-    configure: Callable[[AutoParallel], None] = _default_call
+    configure: Callable[[AutoParallel], None] | None = None
+    op_constraints: dict[str, Any] | None = field(default_factory=dict)
     input_placements: Callable[[int], list[Placements]] = _batch_pins
     output_placements: Callable[[int], list[Placements | None]] = _batch_pins
     parameter_memory_constraint: bool = True
@@ -209,7 +207,6 @@ def sources() -> dict[str, Source]:
         rr = (Replicate(), Replicate())
         pin_strategy(autop, node, strategy_index(autop, node, [swapped[0], rr, swapped[1]], swapped[0]),
                      name="pin_illegal")
-        autop.add_op_constraints(formulation="explicit")
 
     def swapped_context() -> contextlib.AbstractContextManager[Any]:
         from ._inject import offer_strategy
@@ -228,7 +225,8 @@ def sources() -> dict[str, Source]:
                        note="seed block, 6 heads x 8, batch = seq = 8"),
         "seed_swapped": Source(
             name="seed_swapped", model_fn=lambda: SeedBlock(seed_cfg), input_fn=seed_input,
-            configure=swapped_configure, context=swapped_context, parameter_memory_constraint=False,
+            configure=swapped_configure, op_constraints={"formulation": "explicit"}, context=swapped_context,
+            parameter_memory_constraint=False,
             output_placements=lambda ndim: [None], meshes=((2, 2),),
             note="issue 10's swapped index_put case: producers pinned (S0,S1)/(S1,S0), the illegal "
                  "index_put strategy offered and pinned, explicit formulation (plugin redistribute nodes)",
@@ -278,7 +276,10 @@ def build_source(source: Source, mesh_shape: tuple[int, ...]) -> Built:
         autop.add_output_constraints(source.output_placements(ndim))
         if source.parameter_memory_constraint:
             autop.add_parameter_memory_constraint()
-        source.configure(autop)
+        if source.configure is not None:
+            source.configure(autop)
+        if source.op_constraints is not None:
+            autop.add_op_constraints(**source.op_constraints)
         placement = autop.optimize_placement()
         gm = apply_on_one_rank(autop, placement)
     seconds = time.perf_counter() - start
@@ -1106,14 +1107,20 @@ def run_mutations(
     verifier: Verifier = default_verifier,
     limit: int | None = None,
     seed: int = 0,
+    materialize: str | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> MutationReport:
     """Build every source on every mesh it supports (one build per pair) and run all its mutants.
 
     ``meshes`` None means each source's own meshes (:data:`MESHES`, or fewer); otherwise the
-    intersection. A source that fails to build is reported in ``skipped`` as operator ``none``.
+    intersection. ``materialize`` overrides the plugin call's ``materialize`` for every source
+    (None: each source's own call). A source that fails to build is reported in ``skipped`` as
+    operator ``none``.
     """
     table = sources()
+    if materialize is not None:
+        table = {n: replace(s, op_constraints={**(s.op_constraints or {}), "materialize": materialize})
+                 for n, s in table.items()}
     names = list(table) if source_names is None else list(source_names)
     unknown = [n for n in names if n not in table]
     if unknown:
@@ -1159,7 +1166,7 @@ def _mutate_cmd(args: argparse.Namespace) -> int:
     names = None if args.sources is None else args.sources.split(",")
     ops = None if args.operators is None else args.operators.split(",")
     report = run_mutations(names, meshes, operators=ops, limit=args.limit, seed=args.seed,
-                           progress=lambda line: print(line, flush=True))
+                           materialize=args.materialize, progress=lambda line: print(line, flush=True))
     print(report)
     if args.json:
         with open(args.json, "w") as f:
@@ -1180,5 +1187,7 @@ def add_subcommand(subparsers: Any) -> None:
     p.add_argument("--limit", type=int, default=None, help="at most this many sites per operator per build "
                    "(a seeded sample)")
     p.add_argument("--seed", type=int, default=0, help="seed of that sample (default 0)")
+    p.add_argument("--materialize", choices=["table", "all"], default=None,
+                   help="pass materialize=... to every source's add_op_constraints (default: the plugin's default)")
     p.add_argument("--json", default=None, help="also write the report as JSON to this file")
     p.set_defaults(func=_mutate_cmd)
