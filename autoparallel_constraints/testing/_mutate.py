@@ -95,6 +95,7 @@ __all__ = [
     "MutantResult",
     "MutationReport",
     "NotConstructible",
+    "NumbersCache",
     "Site",
     "Source",
     "build_source",
@@ -173,6 +174,7 @@ class Source:
     meshes: tuple[tuple[int, ...], ...] = MESHES
     atol: float = 1e-5
     rtol: float = 1e-5
+    limit: int | None = None  # at most this many sites per operator per build (a seeded sample)
     note: str = ""
 
 
@@ -232,9 +234,9 @@ def sources() -> dict[str, Source]:
                  "index_put strategy offered and pinned, explicit formulation (plugin redistribute nodes)",
         ),
         "llama3": Source(name="llama3", model_fn=lambda: _Logits(llama_model()), input_fn=llama_input,
-                         atol=1e-4, rtol=1e-4, note="llama3_small(): 2 layers, dim 64"),
+                         atol=1e-4, rtol=1e-4, limit=3, note="llama3_small(): 2 layers, dim 64"),
         "falcon": Source(name="falcon", model_fn=lambda: _Logits(falcon_model()), input_fn=falcon_input,
-                         atol=1e-4, rtol=1e-4, note="falcon_tiny(): 1 layer, hidden 64, multi-query"),
+                         atol=1e-4, rtol=1e-4, limit=3, note="falcon_tiny(): 1 layer, hidden 64, multi-query"),
         "fuzz": Source(
             name="fuzz", model_fn=lambda: FuzzModel(spec), input_fn=lambda: torch.randn(4, 4, 16),
             output_placements=lambda ndim: [None], parameter_memory_constraint=False, atol=1e-4, rtol=1e-4,
@@ -1056,9 +1058,54 @@ def _excerpt(gm: GraphModule, around: str, radius: int = 4) -> str:
     return "\n".join(n.format_node() or n.name for n in nodes[lo:hi])
 
 
-def _run_one(built: Built, ident: MutantId, gm: GraphModule, what: str, verifier: Verifier) -> MutantResult:
+class NumbersCache:
+    """The numbers of mutants already run, by mutant id, checked against the mutant's code.
+
+    LocalTensorMode runs of the larger sources take seconds each, the verifier far less: with a
+    cache file the numbers of one run serve the next (e.g. after the verifier changed). An entry
+    is used only if the rebuilt mutant's code hashes the same, so a build that came out different
+    is run again. ``path`` None: in memory only.
+    """
+
+    def __init__(self, path: str | None = None) -> None:
+        self.path = path
+        self.entries: dict[str, list[str]] = {}
+        if path is not None:
+            with contextlib.suppress(FileNotFoundError), open(path) as f:
+                self.entries = json.load(f)
+
+    @staticmethod
+    def _key(gm: GraphModule) -> str:
+        import hashlib
+
+        return hashlib.sha256(gm.code.encode()).hexdigest()[:16]
+
+    def get(self, ident: MutantId, gm: GraphModule) -> tuple[str, str] | None:
+        entry = self.entries.get(str(ident))
+        if entry is None or entry[0] != self._key(gm):
+            return None
+        return entry[1], entry[2]
+
+    def put(self, ident: MutantId, gm: GraphModule, numerics: str, detail: str) -> None:
+        self.entries[str(ident)] = [self._key(gm), numerics, detail]
+
+    def save(self) -> None:
+        if self.path is not None:
+            with open(self.path, "w") as f:
+                json.dump(self.entries, f, indent=0)
+
+
+def _run_one(
+    built: Built, ident: MutantId, gm: GraphModule, what: str, verifier: Verifier, cache: NumbersCache | None = None
+) -> MutantResult:
     start = time.perf_counter()
-    numerics, ndetail = _numbers(built, gm)
+    cached = cache.get(ident, gm) if cache is not None else None
+    if cached is None:
+        numerics, ndetail = _numbers(built, gm)
+        if cache is not None:
+            cache.put(ident, gm, numerics, ndetail)
+    else:
+        numerics, ndetail = cached
     verdict, vdetail, unknown = _verdict(built, gm, verifier)
     result = MutantResult(id=ident, what=what, numerics=numerics, numerics_detail=ndetail, verdict=verdict,
                           verifier_detail=vdetail, unknown=unknown, seconds=time.perf_counter() - start)
@@ -1076,11 +1123,12 @@ def mutate_built(
     verifier: Verifier = default_verifier,
     limit: int | None = None,
     seed: int = 0,
+    cache: NumbersCache | None = None,
 ) -> tuple[list[MutantResult], list[Skipped]]:
     """The unmutated graph and every mutant of one build. ``limit`` keeps at most that many sites
     per operator (a seeded sample, the same for the same graph)."""
     src, mesh = built.source.name, built.mesh_shape
-    results = [_run_one(built, MutantId(src, mesh, "none", "-"), built.gm, "unmutated", verifier)]
+    results = [_run_one(built, MutantId(src, mesh, "none", "-"), built.gm, "unmutated", verifier, cache)]
     skipped: list[Skipped] = []
     by_op: dict[str, list[Site]] = defaultdict(list)
     for site in find_sites(built.gm, operators):
@@ -1095,7 +1143,7 @@ def mutate_built(
             except NotConstructible as exc:
                 skipped.append(Skipped(id=ident, reason=str(exc)))
                 continue
-            results.append(_run_one(built, ident, gm, what, verifier))
+            results.append(_run_one(built, ident, gm, what, verifier, cache))
     return results, skipped
 
 
@@ -1108,6 +1156,7 @@ def run_mutations(
     limit: int | None = None,
     seed: int = 0,
     materialize: str | None = None,
+    numbers_cache: str | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> MutationReport:
     """Build every source on every mesh it supports (one build per pair) and run all its mutants.
@@ -1115,8 +1164,10 @@ def run_mutations(
     ``meshes`` None means each source's own meshes (:data:`MESHES`, or fewer); otherwise the
     intersection. ``materialize`` overrides the plugin call's ``materialize`` for every source
     (None: each source's own call). A source that fails to build is reported in ``skipped`` as
-    operator ``none``.
+    operator ``none``. ``numbers_cache`` names a JSON file of :class:`NumbersCache`, read first
+    and written after every build.
     """
+    cache = NumbersCache(numbers_cache)
     table = sources()
     if materialize is not None:
         table = {n: replace(s, op_constraints={**(s.op_constraints or {}), "materialize": materialize})
@@ -1143,7 +1194,9 @@ def run_mutations(
                 continue
             builds[key] = round(built.seconds, 1)
             start = time.perf_counter()
-            r, s = mutate_built(built, operators=operators, verifier=verifier, limit=limit, seed=seed)
+            cap = limit if limit is not None else source.limit
+            r, s = mutate_built(built, operators=operators, verifier=verifier, limit=cap, seed=seed, cache=cache)
+            cache.save()
             results += r
             skipped += s
             if progress is not None:
@@ -1166,7 +1219,8 @@ def _mutate_cmd(args: argparse.Namespace) -> int:
     names = None if args.sources is None else args.sources.split(",")
     ops = None if args.operators is None else args.operators.split(",")
     report = run_mutations(names, meshes, operators=ops, limit=args.limit, seed=args.seed,
-                           materialize=args.materialize, progress=lambda line: print(line, flush=True))
+                           materialize=args.materialize, numbers_cache=args.numbers_cache,
+                           progress=lambda line: print(line, flush=True))
     print(report)
     if args.json:
         with open(args.json, "w") as f:
@@ -1185,9 +1239,12 @@ def add_subcommand(subparsers: Any) -> None:
     p.add_argument("--meshes", default=None, help="comma list like 2,2x2,2x4,4x2 (default: each source's own)")
     p.add_argument("--operators", default=None, help=f"comma list of {', '.join(OPERATORS)} (default: all)")
     p.add_argument("--limit", type=int, default=None, help="at most this many sites per operator per build "
-                   "(a seeded sample)")
+                   "(a seeded sample; default: all for seed, seed_swapped and fuzz, 3 for llama3 and falcon, "
+                   "whose LocalTensorMode runs take seconds)")
     p.add_argument("--seed", type=int, default=0, help="seed of that sample (default 0)")
     p.add_argument("--materialize", choices=["table", "all"], default=None,
                    help="pass materialize=... to every source's add_op_constraints (default: the plugin's default)")
     p.add_argument("--json", default=None, help="also write the report as JSON to this file")
+    p.add_argument("--numbers-cache", default=None, help="JSON file of mutants' LocalTensorMode numbers, reused "
+                   "when a rebuilt mutant's code is the same (rerun the verifier without rerunning the numbers)")
     p.set_defaults(func=_mutate_cmd)
