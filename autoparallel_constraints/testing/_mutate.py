@@ -187,7 +187,7 @@ def _fuzz_spec() -> Any:
 
 
 def sources() -> dict[str, Source]:
-    """The sources by name: ``seed``, ``seed_swapped``, ``llama3``, ``falcon``, ``fuzz``."""
+    """The sources by name: ``seed``, ``seed_swapped``, ``llama3``, ``falcon``, ``fuzz``, ``fuzz_all``."""
     from ..models import SeedBlock, SeedConfig, falcon_tiny, llama3_small
     from ._fuzz import FuzzModel
 
@@ -241,6 +241,13 @@ def sources() -> dict[str, Source]:
             name="fuzz", model_fn=lambda: FuzzModel(spec), input_fn=lambda: torch.randn(4, 4, 16),
             output_placements=lambda ndim: [None], parameter_memory_constraint=False, atol=1e-4, rtol=1e-4,
             note="the fuzz menu: " + ", ".join(s.kind for s in spec.steps),
+        ),
+        # the fuzz harness's own call: every planned redistribution a plugin node, so the plugin
+        # operators have sites on every mesh
+        "fuzz_all": Source(
+            name="fuzz_all", model_fn=lambda: FuzzModel(spec), input_fn=lambda: torch.randn(4, 4, 16),
+            output_placements=lambda ndim: [None], parameter_memory_constraint=False, atol=1e-4, rtol=1e-4,
+            op_constraints={"materialize": "all"}, note="the fuzz menu, add_op_constraints(materialize='all')",
         ),
     }
 
@@ -1234,8 +1241,8 @@ def add_subcommand(subparsers: Any) -> None:
     p = subparsers.add_parser("mutate", help="break correct parallel graphs one thing at a time; the verifier "
                               "must agree with the numbers", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sources", default=None, help="comma list of seed, seed_swapped, llama3, falcon, fuzz "
-                   "(default: all)")
+    p.add_argument("--sources", default=None, help="comma list of seed, seed_swapped, llama3, falcon, fuzz, "
+                   "fuzz_all (default: all)")
     p.add_argument("--meshes", default=None, help="comma list like 2,2x2,2x4,4x2 (default: each source's own)")
     p.add_argument("--operators", default=None, help=f"comma list of {', '.join(OPERATORS)} (default: all)")
     p.add_argument("--limit", type=int, default=None, help="at most this many sites per operator per build "
