@@ -1,0 +1,1340 @@
+"""The verifier: placements proven from the parallel graph alone.
+
+The audit (``_audit``) compares the applied graph with the plan through what the apply step
+recorded. The verifier trusts none of that: it reads only the parallel graph and the interface
+contract, and never the plugin's records or the solver's values.
+
+**Contract.** The placements of the graph's inputs (parameters and buffers as the parallel module
+holds them, user inputs, tangents) and of its outputs (forward outputs as the user receives them,
+each gradient as its parameter). These are what the parallel module's interface promises; the
+numerics harness shards and gathers real values by the same placements.
+
+**Propagation.** Walking the graph in order, every tensor gets an abstract value: a ``DTensorSpec``
+(global shape + placements), a *fill* (a constant-valued tensor from a factory op, which is valid in
+any placement), or ``unknown`` with a reason. Nodes are interpreted as
+
+* collectives, each a placement transition on the mesh dims of its process group (read from the
+  group name, or from the mesh object and ``mesh_get_process_group`` under compile_on_one_rank):
+  ``all_reduce`` needs ``Partial(op)`` with the same reduce op and gives ``Replicate``;
+  ``reduce_scatter_tensor`` gives ``Shard(0)`` (or ``Shard(d)`` after the chunk+cat DTensor emits);
+  ``all_gather_into_tensor`` needs ``Shard(0)`` (or is followed by chunk+cat along ``d``);
+  all-to-all moves a shard from one tensor dim to another. Anything else is a violation;
+* rank slices: a ``slice`` whose bounds are ``c * coordinate`` of a mesh dim (symbolic coordinates,
+  as the numerics harness builds graphs), or a constant chunk equal to the tracing rank's
+  coordinate when exactly one mesh dim could have produced it, is ``Replicate -> Shard(d)``;
+* every other op with DTensor's own sharding propagation, on global shapes rebuilt from the local
+  shapes and the inferred placements (view and factory ops: the global size arguments are the
+  candidates whose shard on the tracing rank is the local shape in the graph). An op whose inputs
+  need a redistribution DTensor would have inserted is a violation (``hidden_redistribution``), as
+  is a table op whose inferred inputs break its row (``not_cosharded``) and a tensor whose local
+  shape in the graph differs from the one its inferred placement implies (``local_shape``).
+
+The graph's outputs must come out as the contract says (``output_mismatch``). Every tensor node
+ends *proven* or *unknown* with its reason; unknowns are counted per op, never skipped silently.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import operator
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.fx
+from torch.distributed.tensor.placement_types import Partial, Placement, Replicate, Shard, _StridedShard
+from torch.utils._pytree import tree_flatten, tree_map
+
+from ._placements import fmt_placements, fmt_spec
+from .errors import AuditError, ConstraintsError
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec
+
+    from .table import Table
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["GraphViolation", "VerificationError", "VerifyReport", "verify", "verify_graph"]
+
+KINDS = (
+    "illegal_collective",
+    "hidden_redistribution",
+    "not_cosharded",
+    "local_shape",
+    "output_mismatch",
+)
+
+aten = torch.ops.aten
+c10d = torch.ops._c10d_functional
+
+
+class VerificationError(ConstraintsError, RuntimeError):
+    """The parallel graph does not compute what the single-device model computes (per the verifier)."""
+
+    def __init__(self, report: VerifyReport) -> None:
+        self.report = report
+        first = report.violations[0]
+        super().__init__(
+            f"the parallel graph fails verification at {first.node} ({first.op}): {first.reason}. "
+            f"inferred {first.inferred}, expected {first.expected}. {len(report.violations)} violation(s) "
+            "in all (see .report). The plan may be right while the graph is not (upstream PR #517): "
+            "try add_op_constraints(materialize='all'), or verify='warn' to inspect the graph."
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GraphViolation:
+    """One node of the parallel graph whose inferred placements break a rule."""
+
+    kind: str  # one of KINDS
+    node: str
+    op: str
+    reason: str
+    inferred: str = "-"
+    expected: str = "-"
+
+    def __str__(self) -> str:
+        return (
+            f"{self.kind.upper().replace('_', ' ')}: {self.node} ({self.op}): {self.reason}"
+            f" [inferred {self.inferred}, expected {self.expected}]"
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class VerifyReport:
+    """What :func:`verify` proved. ``ok``: no violation (unknowns are reported, not failures)."""
+
+    violations: tuple[GraphViolation, ...]
+    proven: dict[str, int]  # op -> tensor nodes whose placement was derived
+    unknown: dict[str, int]  # op -> tensor nodes left unknown
+    unknown_reasons: dict[str, str]  # node -> why
+    nodes: int
+    seconds: float = 0.0
+    outputs_checked: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    @property
+    def n_proven(self) -> int:
+        return sum(self.proven.values())
+
+    @property
+    def n_unknown(self) -> int:
+        return sum(self.unknown.values())
+
+    @property
+    def verdict(self) -> str:
+        if self.ok:
+            return "clean"
+        counts = Counter(v.kind for v in self.violations)
+        return ", ".join(f"{n} {k}" for k, n in counts.items())
+
+    def __str__(self) -> str:
+        head = (
+            f"verify: {self.verdict} ({self.n_proven} tensor nodes proven, {self.n_unknown} unknown, "
+            f"{self.outputs_checked} outputs checked, {self.seconds:.2f} s)"
+        )
+        lines = [head]
+        lines += [f"  {v}" for v in self.violations]
+        if self.unknown:
+            lines.append("  unknown by op: " + ", ".join(f"{op} {n}" for op, n in sorted(self.unknown.items())))
+            for node, why in list(self.unknown_reasons.items())[:10]:
+                lines.append(f"    {node}: {why}")
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Abstract values
+
+
+@dataclass(frozen=True, slots=True)
+class _Fill:
+    """A tensor of one repeated value (a factory op): valid under any placement; ``value`` None
+    when unknown (then not valid as Partial)."""
+
+    local_shape: tuple[int, ...]
+    value: float | None
+    dtype: torch.dtype = torch.float32
+
+
+@dataclass(frozen=True, slots=True)
+class _Unknown:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Stacked:
+    """all_gather of a tensor not sharded on dim 0: the group's shards stacked on dim 0."""
+
+    spec: Any  # DTensorSpec of the gathered input
+    dims: tuple[int, ...]  # mesh dims gathered
+    piece: int | None = None  # set for one chunk of the stack
+
+
+@dataclass(frozen=True, slots=True)
+class _Chunks:
+    """``split``/``chunk`` of a tensor that is not a rank slice: the pieces along ``dim``."""
+
+    spec: Any
+    dim: int
+    count: int
+    piece: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Restacked:
+    """``cat`` along dim 0 of all chunks of ``spec`` along ``dim``: ready for reduce_scatter / all_to_all."""
+
+    spec: Any
+    dim: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Coord:
+    """A rank coordinate on one mesh dim (symbolic, from ``_runtime_compute_coordinate_on_dim``)."""
+
+    mesh_dim: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Mesh:
+    dims: tuple[tuple[int, ...], ...]  # per dim of this (sub/flattened) mesh: the root mesh dims it spans
+
+
+@dataclass(frozen=True, slots=True)
+class _Group:
+    dims: tuple[int, ...]
+
+
+_SCALAR = object()  # a Python/Sym scalar or other non-tensor value
+
+_PASS_THROUGH = {
+    c10d.wait_tensor.default,
+    aten.clone.default,
+    aten.contiguous.default,
+    aten.alias.default,
+    aten.detach.default,
+    aten.lift_fresh_copy.default,
+}
+_FACTORY = {
+    aten.full.default: 1,
+    aten.zeros.default: 0.0,
+    aten.ones.default: 1.0,
+    aten.empty.memory_format: None,
+    aten.empty_strided.default: None,
+}
+_NEW_FACTORY = {
+    aten.new_zeros.default: 0.0,
+    aten.new_ones.default: 1.0,
+    aten.new_empty.default: None,
+    aten.new_full.default: 2,
+    aten.new_empty_strided.default: None,
+}
+_CASTS = {torch.ops.prims.convert_element_type.default, aten._to_copy.default}
+_VIEW_SHAPE_ARG = {
+    aten.view.default,
+    aten.reshape.default,
+    aten._unsafe_view.default,
+    aten.expand.default,
+}
+
+
+class _Verifier:
+    def __init__(
+        self,
+        gm: torch.fx.GraphModule,
+        mesh: DeviceMesh,
+        inputs: Sequence[DTensorSpec | None],
+        outputs: Sequence[tuple[str, DTensorSpec | None]],
+        table: Table | None,
+    ) -> None:
+        self.gm = gm
+        self.mesh = mesh
+        self.inputs = list(inputs)
+        self.outputs = list(outputs)
+        self.table = table
+        self.values: dict[torch.fx.Node, Any] = {}
+        self.violations: list[GraphViolation] = []
+        self.proven: Counter[str] = Counter()
+        self.unknown: Counter[str] = Counter()
+        self.unknown_reasons: dict[str, str] = {}
+        self.outputs_checked = 0
+        self.sizes = tuple(int(s) for s in mesh.shape)
+        self.coordinate = tuple(int(c) for c in (mesh.get_coordinate() or [0] * mesh.ndim))
+        self.groups = _group_names(mesh)
+        self.sym_coords: dict[Any, int] = {}  # unbacked symbol -> mesh dim
+        from torch.distributed.tensor import DTensor
+
+        self.propagator = DTensor._op_dispatcher.sharding_propagator
+
+    # -- entry ---------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+        if len(placeholders) != len(self.inputs):
+            raise AuditError(
+                f"the parallel graph has {len(placeholders)} inputs, the contract {len(self.inputs)}: "
+                "verify the graph built for this AutoParallel's plan"
+            )
+        for node, spec in zip(placeholders, self.inputs):
+            self.values[node] = spec if spec is not None else _SCALAR
+            if spec is not None:
+                self._check_local(node, spec, "input")
+        for node in self.gm.graph.nodes:
+            if node.op == "placeholder":
+                continue
+            if node.op == "output":
+                self._check_outputs(node)
+                continue
+            try:
+                value = self._interpret(node)
+            except _Violation as v:
+                self.violations.append(
+                    GraphViolation(kind=v.kind, node=node.name, op=_op_name(node), reason=v.reason,
+                                   inferred=v.inferred, expected=v.expected)
+                )
+                value = _Unknown(f"follows violation at {node.name}")
+            except Exception as exc:  # noqa: BLE001 - an op we cannot interpret is an unknown, with why
+                value = _Unknown(f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}" if str(exc) else type(exc).__name__)
+            self.values[node] = value
+            if _is_tensor(node) or isinstance(value, (tuple, list)):
+                self._count(node, value)
+            elif isinstance(value, _Unknown) and not value.reason.startswith("depends on unknown"):
+                self.unknown_reasons[node.name] = value.reason  # a non-tensor root cause (mesh, group, coordinate)
+
+    def _count(self, node: torch.fx.Node, value: Any) -> None:
+        op = _op_name(node)
+        leaves = value if isinstance(value, (tuple, list)) else (value,)
+        if any(isinstance(v, _Unknown) for v in leaves):
+            self.unknown[op] += 1
+            why = next(v.reason for v in leaves if isinstance(v, _Unknown))
+            if not why.startswith("depends on unknown") and not why.startswith("follows violation"):
+                self.unknown_reasons[node.name] = why
+        else:
+            self.proven[op] += 1
+
+    # -- one node ------------------------------------------------------------------------------
+
+    def _interpret(self, node: torch.fx.Node) -> Any:
+        if node.op == "get_attr":
+            return self._get_attr(node)
+        if node.op != "call_function":
+            return _Unknown(f"{node.op} nodes are not interpreted")
+        target = node.target
+        args = tree_map(lambda a: self.values.get(a, _Unknown("undefined")) if isinstance(a, torch.fx.Node) else a,
+                        node.args)
+        kwargs = tree_map(lambda a: self.values.get(a, _Unknown("undefined")) if isinstance(a, torch.fx.Node) else a,
+                          dict(node.kwargs))
+        if not _is_tensor(node) and target is not operator.getitem and not _returns_tensors(node):
+            return self._scalar(node, args)
+        flat = tree_flatten((args, kwargs))[0]
+        for a in flat:
+            if isinstance(a, _Unknown):
+                return _Unknown(f"depends on unknown ({a.reason})" if not a.reason.startswith("depends") else a.reason)
+        if target is operator.getitem:
+            return self._getitem(node, args)
+        consts = [a for a in flat if isinstance(a, _Const)]
+        if consts and not any(_is_spec(a) or isinstance(a, _Fill) for a in flat) and isinstance(target, torch._ops.OpOverload):
+            # constants only (e.g. the mesh layout a coordinate is read from): evaluate them
+            real = tree_map(lambda a: a.tensor if isinstance(a, _Const) else a, (args, kwargs),
+                            is_leaf=lambda a: isinstance(a, _Const))
+            result = target(*real[0], **real[1])
+            return _Const(result) if isinstance(result, torch.Tensor) else _SCALAR
+        name = getattr(target, "__name__", str(target))
+        if target in _PASS_THROUGH:
+            return args[0]
+        if target in _CASTS and _is_spec(args[0]):
+            return _as_dtype(args[0], node.meta["val"].dtype)
+        ns = getattr(target, "namespace", "")
+        if ns == "_c10d_functional" or (ns == "_dtensor" and "alltoall" in name):
+            return self._collective(node, args)
+        if target in _FACTORY or target in _NEW_FACTORY:
+            return self._factory(node, args, kwargs)
+        if target is aten.slice.Tensor:
+            sliced = self._rank_slice(node, args)
+            if sliced is not None:
+                return sliced
+        if target in (aten.split.Tensor, aten.split_with_sizes.default, aten.chunk.default):
+            return self._split(node, args)
+        if target is aten.cat.default:
+            merged = self._cat(node, args)
+            if merged is not None:
+                return merged
+        return self._compute(node, args, kwargs)
+
+    def _get_attr(self, node: torch.fx.Node) -> Any:
+        obj = _fetch_attr(self.gm, str(node.target))
+        if isinstance(obj, torch.Tensor):
+            return _Const(obj)
+        dims = _mesh_dims_of(obj, self.mesh)
+        if dims is not None:
+            return _Mesh(dims)
+        return _SCALAR
+
+    def _scalar(self, node: torch.fx.Node, args: Any) -> Any:
+        target = node.target
+        if getattr(target, "__name__", "") == "mesh_get_process_group" or str(target).endswith("mesh_get_process_group.default"):
+            mesh, index = args[0], args[1]
+            if isinstance(mesh, _Mesh):
+                return _Group(mesh.dims[index])
+            return _Unknown("process group of an unknown mesh")
+        if str(target).endswith("_get_flattened_submesh.default"):
+            mesh, dims = args[0], args[1]
+            if isinstance(mesh, _Mesh):
+                return _Mesh((tuple(m for d in dims for m in mesh.dims[d]),))
+            return _Unknown("flattened submesh of an unknown mesh")
+        if str(target).endswith("_runtime_compute_coordinate_on_dim.default"):
+            layout, index = args[0], args[1]
+            dims = layout.mesh_dims(self.mesh) if isinstance(layout, _Const) else None
+            if dims is None:
+                return _Unknown("coordinate on a mesh layout the verifier cannot read")
+            val = node.meta.get("val")
+            if len(dims[index]) != 1:
+                return _Unknown("coordinate on a flattened mesh dim")
+            (mesh_dim,) = dims[index]
+            if isinstance(val, torch.SymInt):
+                for sym in val.node.expr.free_symbols:
+                    self.sym_coords[sym] = mesh_dim
+            return _Coord(mesh_dim)
+        return _SCALAR
+
+    def _getitem(self, node: torch.fx.Node, args: Any) -> Any:
+        base, index = args
+        if isinstance(base, (list, tuple)):
+            return base[index]
+        if isinstance(base, _Stacked):
+            return _Stacked(base.spec, base.dims, piece=index)
+        return _Unknown(f"getitem of {type(base).__name__}")
+
+    # -- collectives ---------------------------------------------------------------------------
+
+    def _group(self, arg: Any) -> tuple[int, ...]:
+        if isinstance(arg, _Group):
+            return arg.dims
+        if isinstance(arg, str) and arg in self.groups:
+            return self.groups[arg]
+        raise _Violation("illegal_collective", f"process group {arg!r} is not a group of this mesh")
+
+    def _collective(self, node: torch.fx.Node, args: Any) -> Any:
+        name = node.target._schema.name.split("::")[-1]  # type: ignore[union-attr]
+        x = args[0]
+        if name == "all_reduce":
+            op, dims = args[1], self._group(args[2])
+            spec = self._dist(x, name)
+            for d in dims:
+                p = spec.placements[d]
+                if not (isinstance(p, Partial) and p.reduce_op == op):
+                    raise _Violation(
+                        "illegal_collective",
+                        f"all_reduce({op}) on mesh dim {d} of a tensor that is {fmt_placements([p])} there",
+                        inferred=fmt_spec(spec), expected=f"P({op}) on mesh dim {d}",
+                    )
+            return self._with(spec, {d: Replicate() for d in dims})
+        if name == "all_gather_into_tensor":
+            dims = self._group(args[2])
+            self._group_size(args[1], dims, name)
+            spec = self._dist(x, name)
+            if spec is None:
+                raise _Violation("illegal_collective", "all_gather of a tensor without placement")
+            for d in dims:
+                p = spec.placements[d]
+                if not isinstance(p, (Shard, _StridedShard)):
+                    raise _Violation(
+                        "illegal_collective", f"all_gather on mesh dim {d} of a tensor that is {fmt_placements([p])} there",
+                        inferred=fmt_spec(spec), expected=f"S(*) on mesh dim {d}",
+                    )
+            tdims = {spec.placements[d].dim for d in dims}  # type: ignore[union-attr]
+            if len(tdims) != 1:
+                raise _Violation("illegal_collective", f"all_gather over mesh dims {dims} sharding different tensor dims")
+            (tdim,) = tdims
+            self._check_innermost(spec, dims, tdim, name)
+            if tdim == 0 and not any(isinstance(spec.placements[d], _StridedShard) for d in dims):
+                return self._with(spec, {d: Replicate() for d in dims})
+            return _Stacked(spec, dims)
+        if name == "reduce_scatter_tensor":
+            op, dims = args[1], self._group(args[3])
+            self._group_size(args[2], dims, name)
+            if isinstance(x, _Restacked):
+                spec, tdim = x.spec, x.dim
+                if x.count != _prod(self.sizes[d] for d in dims):
+                    raise _Violation("illegal_collective", f"reduce_scatter of {x.count} chunks over a group of {dims}")
+            else:
+                spec, tdim = self._dist(x, name), 0
+            for d in dims:
+                p = spec.placements[d]
+                if not (isinstance(p, Partial) and p.reduce_op == op):
+                    raise _Violation(
+                        "illegal_collective",
+                        f"reduce_scatter({op}) on mesh dim {d} of a tensor that is {fmt_placements([p])} there",
+                        inferred=fmt_spec(spec), expected=f"P({op}) on mesh dim {d}",
+                    )
+            return self._with(spec, {d: Shard(tdim) for d in dims}, append_to=tdim)
+        if name in ("all_to_all_single",):
+            return _Unknown("all_to_all_single without the DTensor pattern")
+        if name == "shard_dim_alltoall":
+            gather_dim, shard_dim, group = args[1], args[2], args[3]
+            dims = self._group(group)
+            spec = self._dist(x, name)
+            for d in dims:
+                p = spec.placements[d]
+                if not (isinstance(p, Shard) and p.dim == gather_dim):
+                    raise _Violation(
+                        "illegal_collective",
+                        f"all_to_all gathering dim {gather_dim} on mesh dim {d} of a tensor that is {fmt_placements([p])} there",
+                        inferred=fmt_spec(spec), expected=f"S({gather_dim}) on mesh dim {d}",
+                    )
+            return self._with(spec, {d: Shard(shard_dim) for d in dims}, append_to=shard_dim)
+        if name in ("broadcast", "all_gather_into_tensor_coalesced", "reduce_scatter_tensor_coalesced", "all_reduce_coalesced"):
+            return _Unknown(f"{name} is not interpreted")
+        return _Unknown(f"collective {name} is not interpreted")
+
+    def _group_size(self, size: Any, dims: tuple[int, ...], name: str) -> None:
+        want = _prod(self.sizes[d] for d in dims)
+        if isinstance(size, int) and size != want:
+            raise _Violation("illegal_collective", f"{name} with group size {size} on mesh dims {dims} (size {want})")
+
+    def _check_innermost(self, spec: Any, dims: tuple[int, ...], tdim: int, name: str) -> None:
+        """Gathering mesh dims of a tensor dim sharded by more mesh dims must start from the innermost."""
+        order = _shard_order(spec, tdim)
+        if len(order) > len(dims) and tuple(order[-len(dims):]) != tuple(sorted(dims, key=order.index)):
+            raise _Violation(
+                "illegal_collective",
+                f"{name} on mesh dims {dims} while tensor dim {tdim} is sharded in order {order}: not the innermost shards",
+                inferred=fmt_spec(spec),
+            )
+
+    # -- rank slices, chunks, cat --------------------------------------------------------------
+
+    def _rank_slice(self, node: torch.fx.Node, args: Any) -> Any:
+        x = args[0]
+        dim = args[1] if len(args) > 1 else 0
+        start_node = node.args[2] if len(node.args) > 2 else None
+        end_node = node.args[3] if len(node.args) > 3 else None
+        start = _sym_expr(start_node)
+        if start is None or not start.free_symbols & set(self.sym_coords):
+            return None
+        end = _sym_expr(end_node)
+        spec = self._dist(x, "rank slice")
+        ndim = len(spec.tensor_meta.shape)
+        dim = dim % ndim
+        terms = _linear_terms(start, self.sym_coords)
+        if terms is None or end is None:
+            return _Unknown(f"rank slice with bounds {start}..{end}")
+        coefs, const = terms
+        chunk = min(coefs.values())
+        if const != 0 or (end - start) != chunk:
+            return _Unknown(f"rank slice with bounds {start}..{end}")
+        # outer mesh dims have the larger coefficients: c * prod(inner sizes)
+        ordered = sorted(coefs, key=lambda d: -coefs[d])
+        expect = chunk
+        for d in reversed(ordered):
+            if coefs[d] != expect:
+                return _Unknown(f"rank slice with bounds {start}..{end}: not a chunk of this mesh")
+            expect *= self.sizes[d]
+        local_before = self._local_shape(spec)[dim]
+        if local_before != expect:
+            raise _Violation(
+                "local_shape",
+                f"rank slice of {chunk} on dim {dim} over mesh dims {ordered} from a local size {local_before} "
+                f"(chunks of {expect} expected)", inferred=fmt_spec(spec),
+            )
+        for d in ordered:
+            if not isinstance(spec.placements[d], Replicate):
+                raise _Violation(
+                    "illegal_collective",
+                    f"rank slice on mesh dim {d} of a tensor that is {fmt_placements([spec.placements[d]])} there",
+                    inferred=fmt_spec(spec), expected=f"R on mesh dim {d}",
+                )
+        return self._with(spec, {d: Shard(dim) for d in ordered}, append_to=dim, order=ordered)
+
+    def _split(self, node: torch.fx.Node, args: Any) -> Any:
+        x = args[0]
+        target = node.target
+        val = node.meta.get("val")
+        count = len(val) if isinstance(val, (list, tuple)) else None
+        if isinstance(x, _Stacked):
+            dim = args[2] if len(args) > 2 else 0
+            if target is aten.chunk.default:
+                dim = args[2] if len(args) > 2 else 0
+            if dim != 0 or count != _prod(self.sizes[d] for d in x.dims):
+                return _Unknown("split of gathered shards that is not one piece per rank")
+            return [_Stacked(x.spec, x.dims, piece=i) for i in range(count)]
+        spec = self._dist(x, "split")
+        dim = (args[2] if len(args) > 2 else 0) % len(spec.tensor_meta.shape)
+        sizes = [tuple(t.shape) for t in val] if isinstance(val, (list, tuple)) else []
+        local = self._local_shape(spec)
+        even = len({s[dim] for s in sizes}) == 1 and count and local[dim] == count * sizes[0][dim]
+        placement_dim_sharded = any(_sharded_dim(p) == dim for p in spec.placements)
+        if not placement_dim_sharded and even:
+            # A chunking DTensor emits for a redistribution, or a plain split of a replicated dim:
+            # decided by what consumes the pieces.
+            return [_Chunks(spec, dim, count, piece=i) for i in range(count)]
+        return self._compute(node, args, {})
+
+    def _cat(self, node: torch.fx.Node, args: Any) -> Any:
+        pieces = args[0]
+        dim = args[1] if len(args) > 1 else 0
+        if not isinstance(pieces, (list, tuple)) or not pieces:
+            return None
+        if all(isinstance(p, _Stacked) for p in pieces):
+            first = pieces[0]
+            n = _prod(self.sizes[d] for d in first.dims)
+            if [p.piece for p in pieces] != list(range(n)) or any(p.spec != first.spec or p.dims != first.dims for p in pieces):
+                raise _Violation("illegal_collective", "cat of gathered shards out of rank order")
+            spec = first.spec
+            tdim = _sharded_dim(spec.placements[first.dims[0]])
+            if dim % len(spec.tensor_meta.shape) != tdim:
+                raise _Violation(
+                    "illegal_collective",
+                    f"gathered shards of tensor dim {tdim} concatenated along dim {dim}",
+                    inferred=fmt_spec(spec), expected=f"cat along {tdim}",
+                )
+            return self._with(spec, {d: Replicate() for d in first.dims})
+        if all(isinstance(p, _Chunks) for p in pieces):
+            first = pieces[0]
+            if [p.piece for p in pieces] != list(range(first.count)) or any(p.spec != first.spec for p in pieces):
+                return _Unknown("cat of chunks out of order")
+            if dim == first.dim:
+                return first.spec  # split then cat back: the same tensor
+            if dim == 0:
+                return _Restacked(first.spec, first.dim, first.count)
+            return _Unknown(f"chunks of dim {first.dim} concatenated along {dim}")
+        if any(isinstance(p, (_Stacked, _Chunks)) for p in pieces):
+            return _Unknown("cat mixing redistribution pieces with tensors")
+        return None
+
+    # -- factories and compute -----------------------------------------------------------------
+
+    def _factory(self, node: torch.fx.Node, args: Any, kwargs: Any) -> Any:
+        val = node.meta.get("val")
+        fill = _FACTORY.get(node.target, _NEW_FACTORY.get(node.target))
+        if isinstance(fill, int) and not isinstance(fill, bool) and node.target in (aten.full.default, aten.new_full.default):
+            fill = args[fill] if len(args) > fill else kwargs.get("fill_value")
+            fill = float(fill) if isinstance(fill, (int, float)) else None
+        return _Fill(_concrete(val.shape), fill, val.dtype)
+
+    def _chunk_as_rank_slice(self, piece: _Chunks) -> Any:
+        """A constant chunk index consumed as a tensor: the tracing rank's shard, if exactly one mesh
+        dim (its size = the chunk count, its coordinate on this rank = the index) can explain it."""
+        spec = piece.spec
+        dims = [m for m in range(len(self.sizes))
+                if self.sizes[m] == piece.count and self.coordinate[m] == piece.piece
+                and isinstance(spec.placements[m], Replicate)]
+        if len(dims) != 1:
+            why = "no mesh dim" if not dims else f"mesh dims {dims} alike on the tracing rank"
+            return _Unknown(
+                f"chunk {piece.piece} of {piece.count} on dim {piece.dim}: {why} can explain it "
+                "(rank coordinates are constants in this graph; build it with symbolic coordinates)"
+            )
+        return self._with(spec, {dims[0]: Shard(piece.dim)}, append_to=piece.dim)
+
+    def _compute(self, node: torch.fx.Node, args: Any, kwargs: Any) -> Any:
+        resolve = lambda a: self._chunk_as_rank_slice(a) if isinstance(a, _Chunks) and a.piece is not None else a
+        args = tree_map(resolve, args, is_leaf=lambda a: isinstance(a, _Chunks))
+        kwargs = tree_map(resolve, kwargs, is_leaf=lambda a: isinstance(a, _Chunks))
+        flat = tree_flatten((args, kwargs))[0]
+        for a in flat:
+            if isinstance(a, _Unknown):
+                return a
+        if any(isinstance(a, (_Stacked, _Chunks, _Restacked)) for a in flat):
+            raise _Violation(
+                "illegal_collective",
+                f"{_op_name(node)} consumes a half-done redistribution (gathered shards or chunks not put back together)",
+            )
+        fills = [a for a in flat if isinstance(a, _Fill)]
+        dists = [a for a in flat if _is_spec(a)]
+        if fills and not dists:
+            if _is_view_like(node) or _is_unary(node):
+                val = node.meta.get("val")
+                keep = node.target in _CASTS or node.target is aten.clone.default or _is_view_like(node)
+                return _Fill(_concrete(val.shape), fills[0].value if keep else None, val.dtype)
+            if _is_tensor(node):
+                return _Fill(_concrete(node.meta["val"].shape), None, node.meta["val"].dtype)
+            return _Unknown("fill-only op")
+        if node.target in _VIEW_SHAPE_ARG:
+            return self._view(node, args, kwargs)
+        if fills:
+            return self._with_fills(node, args, kwargs, fills, dists)
+        return self._propagate(node, args, kwargs)
+
+    def _with_fills(self, node: torch.fx.Node, args: Any, kwargs: Any, fills: list[_Fill], dists: list[Any]) -> Any:
+        tried = []
+        for cand in _unique(tuple(d.placements) for d in dists) + [tuple(Replicate() for _ in self.sizes)]:
+            def bind(a: Any, cand: tuple[Placement, ...] = cand) -> Any:
+                if isinstance(a, _Fill):
+                    if len(cand) and any(isinstance(p, Partial) for p in cand) and a.value != 0.0:
+                        return None
+                    if any(_sharded_dim(p) is not None and _sharded_dim(p) >= len(a.local_shape) for p in cand):
+                        return None
+                    return self._spec_from_local(a.local_shape, cand, a.dtype)
+                return a
+            bound_args = tree_map(bind, args, is_leaf=lambda a: isinstance(a, _Fill))
+            bound_kwargs = tree_map(bind, kwargs, is_leaf=lambda a: isinstance(a, _Fill))
+            if len(tree_flatten((bound_args, bound_kwargs))[0]) != len(tree_flatten((args, kwargs))[0]):
+                continue  # a fill that cannot take this candidate (bind gave None)
+            try:
+                return self._propagate(node, bound_args, bound_kwargs)
+            except _Violation as v:
+                tried.append(v)
+            except Exception as exc:  # noqa: BLE001
+                tried.append(_Violation("hidden_redistribution", str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__))
+        if tried:
+            raise tried[0]
+        return _Unknown("no placement of the fill input fits")
+
+    def _view(self, node: torch.fx.Node, args: Any, kwargs: Any) -> Any:
+        x = args[0]
+        spec = self._dist(x, _op_name(node))
+        out_local = _concrete(node.meta["val"].shape)
+        in_global = tuple(spec.tensor_meta.shape)
+        sharded = [d for d, p in enumerate(spec.placements) if _sharded_dim(p) is not None]
+        expand = node.target is aten.expand.default
+        first_error: _Violation | None = None
+        # Several global shapes can fit one local view: a shard can land on a local size-1 dim
+        # ([1, 64, 192] as [4, 16, 4, 48] sharded on the 4), or on either dim of an unflatten. They
+        # describe the same data; the plain one (no strided shard, no size-1 shard) is the one the
+        # graph's later ops and local shapes agree with, so it is preferred.
+        found: list[tuple[tuple[int, int], Any]] = []
+        for assignment in itertools.product(range(len(out_local)), repeat=len(sharded)):
+            if expand:
+                offset = len(out_local) - len(in_global)
+                if any(a != _sharded_dim(spec.placements[m]) + offset for a, m in zip(assignment, sharded)):
+                    continue
+            global_out = list(out_local)
+            for out_dim, m in zip(assignment, sharded):
+                global_out[out_dim] *= self.sizes[m]
+            if not expand and _prod(global_out) != _prod(in_global):
+                continue
+            new_args = list(args)
+            new_args[1] = list(global_out)
+            result = None
+            try:
+                result = self._propagate(node, tuple(new_args), kwargs)
+            except _Violation as v:
+                first_error = first_error or v
+            except Exception:  # noqa: BLE001, S112 - an impossible candidate shape
+                continue
+            if result is None and not expand:
+                strided = _strided_flatten(spec, global_out)
+                if strided is not None:
+                    try:
+                        self._check_local_val(node, strided, node.meta["val"])
+                        result = strided
+                    except _Violation:
+                        pass
+            if result is None or not _is_spec(result):
+                continue
+            score = (
+                sum(isinstance(p, _StridedShard) for p in result.placements),
+                sum(out_local[d] == 1 for d in assignment),
+            )
+            if score == (0, 0):
+                return result
+            found.append((score, result))
+        if found:
+            return min(found, key=lambda f: f[0])[1]
+        if first_error is not None:
+            raise first_error
+        raise _Violation(
+            "local_shape", f"no global shape with local shape {list(out_local)} fits a view of {fmt_spec(spec)} {list(in_global)}",
+            inferred=fmt_spec(spec),
+        )
+
+    def _propagate(self, node: torch.fx.Node, args: Any, kwargs: Any) -> Any:
+        from torch.distributed.tensor._op_schema import OpSchema
+
+        op = node.target
+        if not isinstance(op, torch._ops.OpOverload):
+            return _Unknown(f"{op} is not an aten op")
+        to_schema = lambda a: a.spec_with_meta() if isinstance(a, _Const) else a
+        args_schema = tree_map(to_schema, args, is_leaf=lambda a: isinstance(a, _Const))
+        kwargs_schema = tree_map(to_schema, kwargs, is_leaf=lambda a: isinstance(a, _Const))
+        args_schema = tree_map(lambda a: self._const_spec(a) if isinstance(a, torch.Tensor) else a, args_schema)
+        info = self.propagator.op_to_schema_info.get(op) or self.propagator.op_to_schema_info_for_single_dim_strategy.get(op)
+        schema = OpSchema(op, tuple(args_schema), dict(kwargs_schema), schema_info=info)
+        try:
+            out = self.propagator.propagate_op_sharding(schema)
+        except NotImplementedError:
+            return self._replicated_only(node, schema)
+        want = out.redistribute_schema
+        if want is not None and _specs_differ(schema.args_spec, want.args_spec):
+            # (a redistribute schema with the same specs only localizes size arguments, e.g. view)
+            logger.debug("hidden redistribution at %s: %s -> %s", node.name, schema, want)
+            inferred = ", ".join(fmt_spec(s) for s in schema.args_spec)
+            expected = ", ".join(fmt_spec(s) for s in want.args_spec) if want is not None else "?"
+            raise _Violation(
+                "hidden_redistribution",
+                "the op's inputs arrive in placements DTensor would have to redistribute first",
+                inferred=inferred, expected=expected,
+            )
+        self._check_table(node, schema, out.output_spec)
+        result = out.output_spec
+        val = node.meta.get("val")
+        if isinstance(result, (list, tuple)):
+            vals = val if isinstance(val, (list, tuple)) else [None] * len(result)
+            for r, v in zip(result, vals):
+                if r is not None and isinstance(v, torch.Tensor):
+                    self._check_local_val(node, r, v)
+            return [r if r is not None else _SCALAR for r in result]
+        if result is None:
+            return _Unknown("DTensor gave no output placement")
+        if isinstance(val, torch.Tensor):
+            self._check_local_val(node, result, val)
+        return result
+
+    def _replicated_only(self, node: torch.fx.Node, schema: Any) -> Any:
+        """An op DTensor has no rule for (autoparallel falls back to all-Replicate): replicated
+        inputs give replicated outputs; anything else is unknown."""
+        if not all(all(isinstance(p, Replicate) for p in s.placements) for s in schema.args_spec):
+            return _Unknown(f"{_op_name(node)} has no DTensor rule and sharded inputs")
+        replicate = tuple(Replicate() for _ in self.sizes)
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            return self._spec_from_local(_concrete(val.shape), replicate, val.dtype)
+        if isinstance(val, (list, tuple)):
+            return [self._spec_from_local(_concrete(v.shape), replicate, v.dtype) if isinstance(v, torch.Tensor) else _SCALAR
+                    for v in val]
+        return _Unknown(f"{_op_name(node)}: no DTensor rule")
+
+    def _check_table(self, node: torch.fx.Node, schema: Any, output_spec: Any) -> None:
+        if self.table is None:
+            return
+        rule = self.table.get(node.target)
+        if rule is None:
+            return
+        from .table import bind, check
+
+        binding = bind(rule, node, is_input=lambda n: isinstance(n, torch.fx.Node) and _is_spec(self.values.get(n)))
+        if binding is None:
+            return
+        specs = list(schema.args_spec)
+        outs = output_spec if isinstance(output_spec, (list, tuple)) else (output_spec,)
+        try:
+            mismatches = check(binding, specs, tuple(o for o in outs if o is not None))
+        except Exception:  # noqa: BLE001 - a binding that does not fit the local graph's args
+            return
+        if mismatches:
+            raise _Violation(
+                "not_cosharded", "; ".join(str(m) for m in mismatches),
+                inferred=", ".join(fmt_spec(s) for s in specs), expected=rule.describe(),
+            )
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _dist(self, x: Any, what: str) -> Any:
+        if _is_spec(x):
+            return x
+        if isinstance(x, _Const):
+            return self._const_spec(x.tensor)
+        if isinstance(x, _Chunks) and x.piece is not None:
+            resolved = self._chunk_as_rank_slice(x)
+            if _is_spec(resolved):
+                return resolved
+            raise _Violation("illegal_collective", f"{what} of {resolved.reason}")
+        raise _Violation("illegal_collective", f"{what} of {type(x).__name__}")
+
+    def _with(self, spec: Any, changes: dict[int, Placement], *, append_to: int | None = None,
+              order: Sequence[int] | None = None) -> Any:
+        from torch.distributed.tensor._dtensor_spec import DTensorSpec
+
+        placements = list(spec.placements)
+        for d, p in changes.items():
+            placements[d] = p
+        shard_order = _updated_order(spec, changes, append_to, order)
+        try:
+            return DTensorSpec(spec.mesh, tuple(placements), tensor_meta=spec.tensor_meta, shard_order=shard_order)
+        except Exception:  # noqa: BLE001 - an order DTensorSpec rejects: fall back to the default
+            return DTensorSpec(spec.mesh, tuple(placements), tensor_meta=spec.tensor_meta)
+
+    def _spec_from_local(self, local: tuple[int, ...], placements: Sequence[Placement], dtype: Any = torch.float32) -> Any:
+        from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+
+        shape = list(local)
+        for m, p in enumerate(placements):
+            d = _sharded_dim(p)
+            if d is not None:
+                shape[d] *= self.sizes[m]
+        meta = TensorMeta(torch.Size(shape), _contiguous_stride(shape), dtype)
+        return DTensorSpec(self.mesh, tuple(placements), tensor_meta=meta)
+
+    def _const_spec(self, t: torch.Tensor) -> Any:
+        from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+
+        meta = TensorMeta(t.shape, t.stride(), t.dtype)
+        return DTensorSpec(self.mesh, tuple(Replicate() for _ in self.sizes), tensor_meta=meta)
+
+    def _local_shape(self, spec: Any) -> tuple[int, ...]:
+        from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+        shape, _ = compute_local_shape_and_global_offset(spec.tensor_meta.shape, spec.mesh, spec.placements, skip_offset=True)
+        return tuple(int(s) for s in shape)
+
+    def _check_local_val(self, node: torch.fx.Node, spec: Any, val: torch.Tensor) -> None:
+        if spec.tensor_meta is None:
+            return
+        got = _concrete(val.shape)
+        want = self._local_shape(spec)
+        if len(got) != len(want) or any(g >= 0 and g != w for g, w in zip(got, want)):
+            raise _Violation(
+                "local_shape", f"local shape {list(got)} in the graph, {list(want)} implied by the inferred placement",
+                inferred=f"{fmt_spec(spec)} {list(spec.tensor_meta.shape)}",
+            )
+
+    def _check_local(self, node: torch.fx.Node, spec: Any, what: str) -> None:
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and spec.tensor_meta is not None:
+            try:
+                self._check_local_val(node, spec, val)
+            except _Violation as v:
+                self.violations.append(
+                    GraphViolation(kind=v.kind, node=node.name, op=what, reason=v.reason, inferred=v.inferred)
+                )
+
+    def _check_outputs(self, node: torch.fx.Node) -> None:
+        flat = tree_flatten(node.args[0])[0] if node.args else []
+        values = [self.values.get(a, _SCALAR) if isinstance(a, torch.fx.Node) else None for a in flat]
+        outs = [o for o in self.outputs]
+        if len(values) != len(outs):
+            self.violations.append(GraphViolation(
+                kind="output_mismatch", node="output", op="output",
+                reason=f"the graph returns {len(values)} values, the contract has {len(outs)}",
+            ))
+            return
+        for arg, value, (name, expected) in zip(flat, values, outs):
+            if expected is None or value is None:
+                continue
+            self.outputs_checked += 1
+            if isinstance(value, _Unknown):
+                continue  # already counted as unknown where it arose
+            if isinstance(value, _Fill):
+                if value.value != 0.0 and any(isinstance(p, Partial) for p in expected.placements):
+                    self._output_violation(arg, name, "a fill", expected)
+                continue
+            if not _is_spec(value) or not _same_layout(value, expected):
+                self._output_violation(arg, name, fmt_spec(value) if _is_spec(value) else type(value).__name__, expected)
+
+    def _output_violation(self, arg: Any, name: str, inferred: str, expected: Any) -> None:
+        self.violations.append(GraphViolation(
+            kind="output_mismatch", node=getattr(arg, "name", str(arg)), op=f"output {name}",
+            reason=f"{name} leaves the graph as {inferred}, the contract says {fmt_spec(expected)}",
+            inferred=inferred, expected=fmt_spec(expected),
+        ))
+
+
+class _Violation(Exception):
+    def __init__(self, kind: str, reason: str, *, inferred: str = "-", expected: str = "-") -> None:
+        super().__init__(reason)
+        self.kind, self.reason, self.inferred, self.expected = kind, reason, inferred, expected
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _Const:
+    """A constant tensor of the graph (``get_attr``): replicated on every rank."""
+
+    tensor: torch.Tensor
+
+    def spec_with_meta(self) -> torch.Tensor:
+        return self.tensor
+
+    def mesh_dims(self, mesh: DeviceMesh) -> tuple[int, ...] | None:
+        return _layout_dims(self.tensor, mesh)
+
+
+# ---------------------------------------------------------------------------------------------
+# Small functions
+
+
+def _prod(xs: Any) -> int:
+    out = 1
+    for x in xs:
+        out *= int(x)
+    return out
+
+
+def _unique(xs: Any) -> list[Any]:
+    out: list[Any] = []
+    for x in xs:
+        if x not in out:
+            out.append(x)
+    return out
+
+
+def _contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
+    stride, acc = [], 1
+    for s in reversed(shape):
+        stride.append(acc)
+        acc *= max(int(s), 1)
+    return tuple(reversed(stride))
+
+
+def _is_spec(x: Any) -> bool:
+    return type(x).__name__ == "DTensorSpec"
+
+
+def _sharded_dim(p: Placement) -> int | None:
+    if isinstance(p, (Shard, _StridedShard)):
+        return p.dim
+    return None
+
+
+def _is_tensor(node: torch.fx.Node) -> bool:
+    return isinstance(node.meta.get("val"), torch.Tensor)
+
+
+def _returns_tensors(node: torch.fx.Node) -> bool:
+    val = node.meta.get("val")
+    return isinstance(val, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in val)
+
+
+def _op_name(node: torch.fx.Node) -> str:
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        return target._schema.name.split("::")[-1]
+    return getattr(target, "__name__", str(target))
+
+
+def _is_view_like(node: torch.fx.Node) -> bool:
+    return node.target in _VIEW_SHAPE_ARG or node.target in (
+        aten.permute.default, aten.unsqueeze.default, aten.squeeze.dim, aten.t.default, aten.transpose.int,
+        aten.slice.Tensor, aten.select.int,
+    )
+
+
+def _is_unary(node: torch.fx.Node) -> bool:
+    flat = [a for a in tree_flatten((node.args, node.kwargs))[0] if isinstance(a, torch.fx.Node)]
+    return len(flat) == 1
+
+
+def _concrete(shape: Any) -> tuple[int, ...]:
+    out = []
+    for s in shape:
+        try:
+            out.append(int(s))
+        except Exception:  # noqa: BLE001 - unbacked: unknown here
+            out.append(-1)
+    return tuple(out)
+
+
+def _sym_expr(node: Any) -> Any:
+    if isinstance(node, torch.fx.Node):
+        val = node.meta.get("val")
+        if isinstance(val, torch.SymInt):
+            return val.node.expr
+        return None
+    if isinstance(node, int):
+        import sympy
+
+        return sympy.Integer(node)
+    return None
+
+
+def _linear_terms(expr: Any, coords: dict[Any, int]) -> tuple[dict[int, int], int] | None:
+    import sympy
+
+    expr = sympy.expand(expr)
+    syms = [s for s in expr.free_symbols if s in coords]
+    if len(syms) != len(expr.free_symbols):
+        return None
+    coefs: dict[int, int] = {}
+    for s in syms:
+        c = expr.coeff(s)
+        if not c.is_Integer:
+            return None
+        coefs[coords[s]] = coefs.get(coords[s], 0) + int(c)
+    const = expr.subs({s: 0 for s in syms})
+    if not const.is_Integer:
+        return None
+    return coefs, int(const)
+
+
+def _shard_order(spec: Any, tdim: int) -> list[int]:
+    order = getattr(spec, "shard_order", None) or ()
+    for entry in order:
+        if entry.tensor_dim == tdim:
+            return list(entry.mesh_dims)
+    return [m for m, p in enumerate(spec.placements) if _sharded_dim(p) == tdim]
+
+
+def _updated_order(spec: Any, changes: dict[int, Placement], append_to: int | None, order: Sequence[int] | None) -> Any:
+    from torch.distributed.tensor._dtensor_spec import ShardOrderEntry
+
+    entries: dict[int, list[int]] = {}
+    for entry in getattr(spec, "shard_order", None) or ():
+        entries[entry.tensor_dim] = [m for m in entry.mesh_dims if m not in changes]
+    for m, p in enumerate(spec.placements):
+        d = _sharded_dim(p)
+        if d is not None and m not in changes and m not in entries.get(d, []):
+            entries.setdefault(d, []).append(m)
+    if append_to is not None:
+        new = list(order) if order is not None else sorted(m for m, p in changes.items() if _sharded_dim(p) == append_to)
+        entries.setdefault(append_to, []).extend(m for m in new if m not in entries[append_to])
+    return tuple(ShardOrderEntry(tensor_dim=d, mesh_dims=tuple(ms)) for d, ms in sorted(entries.items()) if ms)
+
+
+def _strided_flatten(spec: Any, global_out: Sequence[int]) -> Any:
+    """The output spec of a view that flattens a sharded dim behind other dims, which DTensor's view
+    rule refuses but the data layout allows: ``[8, 64(S), 1024] -> [512, 1024]`` holds, on each rank,
+    every 64-row's chunk, i.e. ``_StridedShard(0, split_factor=8)``. None when the view is not that."""
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+    from torch.distributed.tensor._ops._view_ops import Flatten, InputDim, view_groups
+
+    in_shape = tuple(spec.tensor_meta.shape)
+    rule = view_groups(in_shape, tuple(global_out))
+    where: dict[int, tuple[int, int]] = {}  # input dim -> (output dim, split factor)
+    for o, dim_spec in enumerate(rule):
+        if isinstance(dim_spec, InputDim):
+            where[dim_spec.input_dim] = (o, 1)
+        elif isinstance(dim_spec, Flatten) and all(isinstance(d, InputDim) for d in dim_spec.input_dims):
+            before = 1
+            for d in dim_spec.input_dims:
+                where[d.input_dim] = (o, before)
+                before *= in_shape[d.input_dim]
+    placements: list[Placement] = []
+    for p in spec.placements:
+        d = _sharded_dim(p)
+        if d is None:
+            placements.append(p)
+            continue
+        if d not in where or isinstance(p, _StridedShard):
+            return None
+        o, factor = where[d]
+        placements.append(Shard(o) if factor == 1 else _StridedShard(o, split_factor=factor))
+    outs = [_sharded_dim(p) for p in placements if _sharded_dim(p) is not None]
+    if len(outs) != len(set(outs)):
+        return None  # two shards on one output dim: leave it to DTensor's rule
+    shape = torch.Size(global_out)
+    meta = TensorMeta(shape, _contiguous_stride(shape), spec.tensor_meta.dtype)
+    return DTensorSpec(spec.mesh, tuple(placements), tensor_meta=meta)
+
+
+def _as_dtype(spec: Any, dtype: torch.dtype) -> Any:
+    """``spec`` holding ``dtype`` (the graph is the authority on dtypes)."""
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+
+    meta = spec.tensor_meta
+    if meta is None or meta.dtype == dtype:
+        return spec
+    return DTensorSpec(spec.mesh, spec.placements, tensor_meta=TensorMeta(meta.shape, meta.stride, dtype),
+                       shard_order=spec.shard_order)
+
+
+def _specs_differ(have: Sequence[Any], want: Sequence[Any]) -> bool:
+    if len(have) != len(want):
+        return True
+    return any(not _same_layout(a, b) for a, b in zip(have, want))
+
+
+def _same_layout(a: Any, b: Any) -> bool:
+    """Same placements (and, where a tensor dim is sharded by several mesh dims, same order)."""
+    if tuple(a.placements) == tuple(b.placements):
+        oa = {e.tensor_dim: tuple(e.mesh_dims) for e in (a.shard_order or ())}
+        ob = {e.tensor_dim: tuple(e.mesh_dims) for e in (b.shard_order or ())}
+        return oa == ob or not any(len(v) > 1 for v in list(oa.values()) + list(ob.values()))
+    return False
+
+
+def _fetch_attr(gm: torch.fx.GraphModule, target: str) -> Any:
+    obj: Any = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _group_names(mesh: DeviceMesh) -> dict[str, tuple[int, ...]]:
+    """Process-group name -> the root mesh dims it spans (single dims and flattened ones)."""
+    names: dict[str, tuple[int, ...]] = {}
+    for d in range(mesh.ndim):
+        try:
+            names[mesh.get_group(d).group_name] = (d,)
+        except Exception:  # noqa: BLE001, S110 - a mesh dim without a group of its own
+            pass
+    try:
+        from torch.distributed.tensor._redistribute import _get_flattened_mesh_by_layout_impl
+    except ImportError:  # pragma: no cover - older torch
+        return names
+    for k in range(2, mesh.ndim + 1):
+        for dims in itertools.combinations(range(mesh.ndim), k):
+            try:
+                flat = _get_flattened_mesh_by_layout_impl(mesh, dims)
+            except Exception:  # noqa: BLE001
+                flat = None
+            if flat is not None:
+                names[flat.get_group(0).group_name] = tuple(dims)
+    return names
+
+
+def _mesh_dims_of(obj: Any, root: DeviceMesh) -> tuple[tuple[int, ...], ...] | None:
+    """For each dim of a (sub/flattened) DeviceMesh object, the root mesh dims it spans.
+
+    Read from the object's rank layout: a root mesh gives ``((0,), (1,))``, a 1-D submesh along
+    root dim 1 ``((1,),)``, a flattened mesh over both ``((0, 1),)``.
+    """
+    ranks = getattr(obj, "mesh", None)
+    if not isinstance(ranks, torch.Tensor):
+        return None
+    return _rank_layout_dims(ranks, root)
+
+
+def _rank_layout_dims(ranks: torch.Tensor, root: DeviceMesh) -> tuple[tuple[int, ...], ...] | None:
+    root_ranks = root.mesh
+    coords = {
+        int(r): idx
+        for idx, r in zip(itertools.product(*map(range, root_ranks.shape)), root_ranks.flatten().tolist())
+    }
+    if any(int(r) not in coords for r in ranks.flatten().tolist()):
+        return None
+    out = []
+    for d in range(ranks.ndim):
+        # ranks differing only along this dim of the object: which root dims vary among them
+        line = ranks.movedim(d, -1).reshape(-1, ranks.shape[d])[0].tolist()
+        varying = tuple(m for m in range(root.ndim) if len({coords[int(r)][m] for r in line}) > 1)
+        if _prod(root_ranks.shape[m] for m in varying) != ranks.shape[d]:
+            return None
+        out.append(varying)
+    return tuple(out)
+
+
+def _layout_dims(layout: torch.Tensor, root: DeviceMesh) -> tuple[tuple[int, ...], ...] | None:
+    """Mesh dims of a ``full_mesh`` layout tensor ``[batch, *mesh shape]`` (coordinate ops)."""
+    if layout.ndim < 2:
+        return None
+    return _rank_layout_dims(layout[0], root)
+
+
+# ---------------------------------------------------------------------------------------------
+# Public entry points
+
+
+def verify_graph(
+    gm: torch.fx.GraphModule,
+    mesh: DeviceMesh,
+    inputs: Sequence[DTensorSpec | None],
+    outputs: Sequence[tuple[str, DTensorSpec | None]],
+    *,
+    table: Table | None = None,
+) -> VerifyReport:
+    """Verify ``gm`` given its interface: one spec per placeholder, one (name, spec) per output."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    start = time.perf_counter()
+    v = _Verifier(gm, mesh, inputs, outputs, table)
+    with unset_fake_temporarily():  # constants and mesh layouts are real tensors
+        v.run()
+    report = VerifyReport(
+        violations=tuple(v.violations),
+        proven=dict(v.proven),
+        unknown=dict(v.unknown),
+        unknown_reasons=v.unknown_reasons,
+        nodes=len(gm.graph.nodes),
+        seconds=time.perf_counter() - start,
+        outputs_checked=v.outputs_checked,
+    )
+    logger.info("apc verify: %s", report.verdict)
+    return report
+
+
+def contract(autop: Any) -> tuple[list[DTensorSpec | None], list[tuple[str, DTensorSpec | None]]]:
+    """The interface of ``autop``'s parallel graph: its inputs' and outputs' placements.
+
+    Inputs: each joint-graph placeholder with the placements the parallel module holds it in
+    (autoparallel's physical placements). Outputs: forward outputs as the plan delivers them to
+    the user, each gradient as its parameter (or input) is held.
+    """
+    from autoparallel.apply_sharding import _build_physical_placements
+    from autoparallel.shardings.ordered_sharding import compute_optimal_placement_order_for_parameters
+
+    placement = getattr(autop, "sharding_placement", None)
+    if placement is None:
+        raise AuditError("verify() needs a solved and applied AutoParallel: call optimize_placement and apply first")
+    gm = autop.gm
+    order = compute_optimal_placement_order_for_parameters(gm, placement)
+    physical = _build_physical_placements(placement, order)
+    placeholders = list(gm.graph.find_nodes(op="placeholder"))
+    inputs: list[Any] = []
+    by_desc: dict[Any, Any] = {}
+    for node in placeholders:
+        spec = physical.get(node)
+        if spec is not None and spec.tensor_meta is None:
+            spec = _with_meta(spec, node)
+        inputs.append(spec)
+        by_desc[id(node)] = spec
+    out_node = gm.graph.find_nodes(op="output")[0]
+    values = tree_flatten(out_node.args[0])[0]
+    descs = list(out_node.meta.get("desc") or [None] * len(values))
+    grads_of = _grad_targets(gm, placeholders, descs)
+    outputs: list[tuple[str, Any]] = []
+    for i, value in enumerate(values):
+        if not isinstance(value, torch.fx.Node):
+            outputs.append((f"output[{i}]", None))
+            continue
+        param = grads_of.get(i)
+        if param is not None:
+            outputs.append((f"grad of {param.name}", inputs[placeholders.index(param)]))
+        elif value in placement:
+            spec = placement[value].output_specs
+            outputs.append((f"output[{i}]", spec if not isinstance(spec, (list, tuple)) else None))
+        else:
+            outputs.append((f"output[{i}]", None))
+    return inputs, outputs
+
+
+def _with_meta(spec: Any, node: torch.fx.Node) -> Any:
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+
+    val = node.meta["val"]
+    shape = torch.Size(_concrete_hint(val.shape))
+    return DTensorSpec(spec.mesh, spec.placements, tensor_meta=TensorMeta(shape, _contiguous_stride(shape), val.dtype),
+                       shard_order=spec.shard_order)
+
+
+def _concrete_hint(shape: Any) -> tuple[int, ...]:
+    from autoparallel.optimize_sharding import concretize_symint
+
+    return tuple(int(concretize_symint(s)) for s in shape)
+
+
+def _grad_targets(gm: torch.fx.GraphModule, placeholders: list[torch.fx.Node], descs: list[Any]) -> dict[int, torch.fx.Node]:
+    """Output index -> the placeholder it is the gradient of (from AOT autograd's descriptors)."""
+    from torch._functorch._aot_autograd import descriptors as d
+
+    by_desc = {}
+    for node in placeholders:
+        desc = node.meta.get("desc")
+        if desc is not None:
+            by_desc[desc] = node
+    out = {}
+    for i, desc in enumerate(descs):
+        if isinstance(desc, d.GradAOTOutput) and desc.grad_of in by_desc:
+            out[i] = by_desc[desc.grad_of]
+    return out
+
+
+def verify(autop: Any, *, gm: torch.fx.GraphModule | None = None, table: Table | None = None) -> VerifyReport:
+    """Prove the placements of ``autop``'s parallel graph (or of ``gm``) from the graph alone.
+
+    Needs ``apply_placement`` (or the common apply step) to have run. Reads the graph and its
+    interface contract (:func:`contract`), never the plugin's records or solver values.
+    """
+    if gm is None:
+        gm = getattr(autop, "parallel_gm", None)
+        if gm is None:
+            raise AuditError("verify() needs the applied graph: call autop.apply_placement(placement) first")
+    if table is None:
+        from ._state import get_state
+        from .table import default_table
+
+        state = get_state(autop)
+        table = state.table if state is not None else default_table()
+    inputs, outputs = contract(autop)
+    return verify_graph(gm, autop.mesh, inputs, outputs, table=table)
+
+
