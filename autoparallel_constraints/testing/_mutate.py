@@ -1038,12 +1038,13 @@ def _numbers(built: Built, gm: GraphModule) -> tuple[str, str]:
                      f"{worst.max_abs_err:.3g}, ratio {ratio}{' (' + worst.note + ')' if worst.note else ''}")
 
 
-def _verdict(built: Built, gm: GraphModule, verifier: Verifier) -> tuple[str, str, int]:
+def _verdict(built: Built, gm: GraphModule, verifier: Verifier) -> tuple[str, str, int, tuple[str, ...]]:
+    """``(clean | flagged | error, first violations and unknown ops, unknown count, violation nodes)``."""
     try:
         report = verifier(built.autop, gm)
     except Exception as exc:
         logger.debug("verifier raised", exc_info=True)
-        return "error", f"{type(exc).__name__}: {str(exc).strip()[:300]}", 0
+        return "error", f"{type(exc).__name__}: {str(exc).strip()[:300]}", 0, ()
     unknown = dict(getattr(report, "unknown", {}) or {})
     n_unknown = sum(unknown.values())
     violations = tuple(getattr(report, "violations", ()) or ())
@@ -1052,17 +1053,23 @@ def _verdict(built: Built, gm: GraphModule, verifier: Verifier) -> tuple[str, st
         parts.append(f"... {len(violations) - 3} more")
     if unknown:
         parts.append("unknown: " + ", ".join(f"{op} x{k}" for op, k in sorted(unknown.items())))
-    return ("clean" if report.ok else "flagged"), "; ".join(parts)[:600], n_unknown
+    flagged_at = tuple(str(getattr(v.node, "name", v.node)) for v in violations)
+    return ("clean" if report.ok else "flagged"), "; ".join(parts)[:600], n_unknown, flagged_at
 
 
-def _excerpt(gm: GraphModule, around: str, radius: int = 4) -> str:
-    """The mutant's graph around node ``around`` (or its mutation nodes), as FX text."""
+def _excerpt(gm: GraphModule, around: Sequence[str], radius: int = 4) -> str:
+    """The mutant's graph around the nodes named ``around`` and its mutation nodes, as FX text
+    (windows of ``radius`` nodes either side, merged; ``...`` between windows)."""
     nodes = list(gm.graph.nodes)
-    marks = [i for i, n in enumerate(nodes) if n.name == around or "mutation" in n.meta]
-    if not marks:
-        return ""
-    lo, hi = max(0, min(marks) - radius), min(len(nodes), max(marks) + radius + 1)
-    return "\n".join(n.format_node() or n.name for n in nodes[lo:hi])
+    names = set(around)
+    marks = [i for i, n in enumerate(nodes) if n.name in names or "mutation" in n.meta]
+    keep = sorted({j for i in marks for j in range(max(0, i - radius), min(len(nodes), i + radius + 1))})
+    lines: list[str] = []
+    for k, j in enumerate(keep):
+        if k and j != keep[k - 1] + 1:
+            lines.append("...")
+        lines.append(nodes[j].format_node() or nodes[j].name)
+    return "\n".join(lines)
 
 
 class NumbersCache:
@@ -1113,12 +1120,12 @@ def _run_one(
             cache.put(ident, gm, numerics, ndetail)
     else:
         numerics, ndetail = cached
-    verdict, vdetail, unknown = _verdict(built, gm, verifier)
+    verdict, vdetail, unknown, flagged_at = _verdict(built, gm, verifier)
     result = MutantResult(id=ident, what=what, numerics=numerics, numerics_detail=ndetail, verdict=verdict,
                           verifier_detail=vdetail, unknown=unknown, seconds=time.perf_counter() - start)
     if result.outcome in ("MISS", "flagged") or (ident.operator == "none" and result.outcome != "fine"):
         result = MutantResult(**{**{f: getattr(result, f) for f in result.__slots__},
-                                 "excerpt": _excerpt(gm, ident.node)})
+                                 "excerpt": _excerpt(gm, (ident.node, *flagged_at[:2]))})
     logger.info("%s: %s (%s / %s)", ident, result.outcome, numerics, verdict)
     return result
 
