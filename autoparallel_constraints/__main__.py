@@ -10,6 +10,8 @@ coverage  ops with two or more tensor inputs in a model's joint graph, and the r
 crosscheck  DTensor/autoparallel strategies the table rejects, checked by numerics.
 groundtruth  every row checked against numerics on simulated ranks (``--full`` for the sweep).
 distributed-seed  one forward+backward step of the seed block on real ranks (under ``torchrun``).
+mutate  proof by mutation: correct parallel graphs broken one thing at a time, each run under
+       LocalTensorMode and given to the verifier; a table of caught / MISS / fine / flagged.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from ._demo import add_demo_subcommand
 from ._lab import add_compare_subcommand
 from .errors import ConstraintsError
 from .table._groundtruth import add_subcommand as add_groundtruth_subcommand
+from .testing._mutate import add_subcommand as add_mutate_subcommand
 from .testing.distributed_seed import add_subcommand as add_distributed_seed_subcommand
 
 logger = logging.getLogger("autoparallel_constraints.cli")
@@ -38,6 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_coverage_subcommands(sub)
     add_groundtruth_subcommand(sub)
     add_distributed_seed_subcommand(sub)
+    add_mutate_subcommand(sub)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:

@@ -1,5 +1,6 @@
 """CPU test harness for autoparallel plans: fake ranks, CPU meshes, the cost model's device name,
-mesh-safe caches, a LocalTensorMode numerics runner, strategy injection and Inductor lowering.
+mesh-safe caches, a LocalTensorMode numerics runner, strategy injection, Inductor lowering and the
+mutation harness that proves the verifier against the numbers.
 
 Importable by users' own tests; pytest fixtures live in
 ``autoparallel_constraints.testing.pytest_plugin``.
@@ -13,15 +14,6 @@ from ._harness import (
     init_fake_process_group,
     reset_strategy_cache,
 )
-from ._numerics import (
-    NumericsReport,
-    ShardPerturbation,
-    TensorCheck,
-    apply_on_one_rank,
-    rank_aware_all_to_all,
-    run_numerics,
-    run_parallel_graph,
-)
 from ._inject import (
     OfferedStrategy,
     chosen_strategy,
@@ -31,26 +23,61 @@ from ._inject import (
     pin_strategy,
     strategy_index,
 )
+from ._mutate import (
+    OPERATORS,
+    MutantId,
+    MutantResult,
+    MutationReport,
+    NotConstructible,
+    Site,
+    Source,
+    build_source,
+    classify,
+    find_sites,
+    make_mutant,
+    run_mutations,
+)
+from ._numerics import (
+    NumericsReport,
+    ShardPerturbation,
+    TensorCheck,
+    apply_on_one_rank,
+    rank_aware_all_to_all,
+    run_numerics,
+    run_parallel_graph,
+)
 
 __all__ = [
     "DEFAULT_DEVICE_NAME",
+    "OPERATORS",
+    "MutantId",
+    "MutantResult",
+    "MutationReport",
+    "NotConstructible",
     "NumericsReport",
     "OfferedStrategy",
     "ShardPerturbation",
+    "Site",
+    "Source",
     "TensorCheck",
     "apply_on_one_rank",
-    "rank_aware_all_to_all",
-    "run_numerics",
-    "run_parallel_graph",
+    "build_source",
     "chosen_strategy",
-    "find_nodes",
-    "lower_with_inductor",
-    "offer_strategy",
-    "pin_strategy",
-    "strategy_index",
+    "classify",
     "cpu_mesh",
     "device_name",
+    "find_nodes",
+    "find_sites",
     "fresh_strategy_cache",
     "init_fake_process_group",
+    "lower_with_inductor",
+    "make_mutant",
+    "offer_strategy",
+    "pin_strategy",
+    "rank_aware_all_to_all",
     "reset_strategy_cache",
+    "run_mutations",
+    "run_numerics",
+    "run_parallel_graph",
+    "strategy_index",
 ]
