@@ -97,8 +97,12 @@ class AuditReport:
 
     @property
     def ok(self) -> bool:
-        """No plan-check violation and the verifier clean (when the parallel graph was available)."""
-        return not self.violations and (self.verification is None or self.verification.ok)
+        """No plan-check violation and no verifier violation (when the parallel graph was available).
+
+        Outputs the verifier could not place are listed in ``verification.unproven_outputs``:
+        nothing was found wrong there, nothing proven either (``verification.ok`` is False).
+        """
+        return not self.violations and (self.verification is None or not self.verification.violations)
 
     def by_kind(self, kind: str) -> list[Violation]:
         return [v for v in self.violations if v.kind == kind]
@@ -109,7 +113,7 @@ class AuditReport:
             return "clean"
         counts = {k: len(self.by_kind(k)) for k in KINDS if self.by_kind(k)}
         parts = [f"{n} {k}" for k, n in counts.items()]
-        if self.verification is not None and not self.verification.ok:
+        if self.verification is not None and self.verification.violations:
             parts.append(f"verifier: {self.verification.verdict}")
         return ", ".join(parts)
 

@@ -104,6 +104,7 @@ class VerifyReport:
     seconds: float = field(default=0.0, compare=False)  # reports of one graph compare equal
     outputs_checked: int = 0
     unproven_outputs: tuple[str, ...] = ()  # outputs left unknown: nothing proven about them
+    table_notes: tuple[str, ...] = ()  # table rows stricter than DTensor's propagation on proven ops
 
     @property
     def ok(self) -> bool:
@@ -201,13 +202,6 @@ class _Restacked:
 
 
 @dataclass(frozen=True, slots=True)
-class _Coord:
-    """A rank coordinate on one mesh dim (symbolic, from ``_runtime_compute_coordinate_on_dim``)."""
-
-    mesh_dim: int
-
-
-@dataclass(frozen=True, slots=True)
 class _Mesh:
     dims: tuple[tuple[int, ...], ...]  # per dim of this (sub/flattened) mesh: the root mesh dims it spans
 
@@ -272,6 +266,7 @@ class _Verifier:
         self.unknown_reasons: dict[str, str] = {}
         self.outputs_checked = 0
         self.unproven: list[str] = []  # outputs whose placement could not be derived
+        self.table_notes: list[str] = []  # table rows stricter than DTensor on a proven op
         self.sizes = tuple(int(s) for s in mesh.shape)
         self.coordinate = tuple(int(c) for c in (mesh.get_coordinate() or [0] * mesh.ndim))
         self.groups = _group_names(mesh)
@@ -307,6 +302,8 @@ class _Verifier:
                                    inferred=v.inferred, expected=v.expected)
                 )
                 value = _Unknown(f"follows violation at {node.name}")
+            except _Unknowable as exc:
+                value = _Unknown(str(exc))
             except Exception as exc:  # noqa: BLE001 - an op we cannot interpret is an unknown, with why
                 value = _Unknown(f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}" if str(exc) else type(exc).__name__)
             self.values[node] = value
@@ -406,15 +403,16 @@ class _Verifier:
             dims = layout.mesh_dims(self.mesh) if isinstance(layout, _Const) else None
             if dims is None:
                 return _Unknown("coordinate on a mesh layout the verifier cannot read")
-            val = node.meta.get("val")
             if len(dims[index]) != 1:
                 return _Unknown("coordinate on a flattened mesh dim")
             (mesh_dim,) = dims[index]
-            if isinstance(val, torch.SymInt):
-                for sym in val.node.expr.free_symbols:
-                    self.sym_coords[sym] = mesh_dim
-            return _Coord(mesh_dim)
-        return _SCALAR
+            import sympy
+
+            # the graph's own arithmetic on it is replayed with this symbol (never the traced vals)
+            symbol = sympy.Symbol(f"coord{mesh_dim}_{node.name}", integer=True, nonnegative=True)
+            self.sym_coords[symbol] = mesh_dim
+            return symbol
+        return _scalar_value(node, args)
 
     def _getitem(self, node: torch.fx.Node, args: Any) -> Any:
         base, index = args
@@ -536,12 +534,10 @@ class _Verifier:
     def _rank_slice(self, node: torch.fx.Node, args: Any) -> Any:
         x = args[0]
         dim = args[1] if len(args) > 1 else 0
-        start_node = node.args[2] if len(node.args) > 2 else None
-        end_node = node.args[3] if len(node.args) > 3 else None
-        start = _sym_expr(start_node)
+        start = _as_expr(args[2] if len(args) > 2 else 0)
         if start is None or not start.free_symbols & set(self.sym_coords):
             return None
-        end = _sym_expr(end_node)
+        end = _as_expr(args[3] if len(args) > 3 else None)
         spec = self._dist(x, "rank slice")
         ndim = len(spec.tensor_meta.shape)
         dim = dim % ndim
@@ -770,11 +766,13 @@ class _Verifier:
             found.append((score, result))
         if found:
             return min(found, key=lambda f: f[0])[1]
-        if first_error is not None:
-            raise first_error
-        raise _Violation(
-            "local_shape", f"no global shape with local shape {list(out_local)} fits a view of {fmt_spec(spec)} {list(in_global)}",
-            inferred=fmt_spec(spec),
+        # No global view fits: either the graph is wrong, or it reshapes a layout DTensor's view rule
+        # cannot name (e.g. flattening two dims sharded on two mesh dims, as an einsum's bmm does).
+        # Not proven either way: unknown, and an output depending on it is unproven (never clean).
+        why = first_error.expected if first_error is not None else "no candidate"
+        raise _Unknowable(
+            f"no global view of {fmt_spec(spec)} {list(in_global)} has local shape {list(out_local)} "
+            f"without a redistribution (DTensor would need {why})"
         )
 
     def _propagate(self, node: torch.fx.Node, args: Any, kwargs: Any) -> Any:
@@ -841,7 +839,12 @@ class _Verifier:
             return
         from .table import bind, check
 
-        binding = bind(rule, node, is_input=lambda n: isinstance(n, torch.fx.Node) and _is_spec(self.values.get(n)))
+        # The row binds on shapes (broadcast dims): give it the global ones, never the local ones
+        # (a dim sharded down to 1 locally is not a broadcast dim).
+        shim = _global_shim(node, lambda n: self.values.get(n), output_spec)
+        if shim is None:
+            return
+        binding = bind(rule, shim, is_input=lambda n: isinstance(n, torch.fx.Node) and n.op == "placeholder")
         if binding is None:
             return
         specs = list(schema.args_spec)
@@ -851,10 +854,10 @@ class _Verifier:
         except Exception:  # noqa: BLE001 - a binding that does not fit the local graph's args
             return
         if mismatches:
-            raise _Violation(
-                "not_cosharded", "; ".join(str(m) for m in mismatches),
-                inferred=", ".join(fmt_spec(s) for s in specs), expected=rule.describe(),
-            )
+            # DTensor's propagation (the authority on what an op accepts) just passed these inputs;
+            # a row stricter than it, or a global shape the verifier rebuilt another equivalent way
+            # (a shard on a size-1 dim), is reported, not failed on.
+            self.table_notes.append(f"{node.name} ({rule.name}): " + "; ".join(str(m) for m in mismatches))
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -869,7 +872,7 @@ class _Verifier:
             resolved = self._chunk_as_rank_slice(x)
             if _is_spec(resolved):
                 return resolved
-            raise _Violation("illegal_collective", f"{what} of {resolved.reason}")
+            raise _Unknowable(f"{what} of {resolved.reason}")
         raise _Violation("illegal_collective", f"{what} of {type(x).__name__}")
 
     def _with(self, spec: Any, changes: dict[int, Placement], *, append_to: int | None = None,
@@ -974,6 +977,10 @@ class _Verifier:
         ))
 
 
+class _Unknowable(Exception):
+    """Raised where a value cannot be placed (the node becomes ``unknown`` with this reason)."""
+
+
 class _Violation(Exception):
     def __init__(self, kind: str, reason: str, *, inferred: str = "-", expected: str = "-") -> None:
         super().__init__(reason)
@@ -1068,16 +1075,38 @@ def _concrete(shape: Any) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _sym_expr(node: Any) -> Any:
-    if isinstance(node, torch.fx.Node):
-        val = node.meta.get("val")
-        if isinstance(val, torch.SymInt):
-            return val.node.expr
-        return None
-    if isinstance(node, int):
-        import sympy
+_PY_OPS = {operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod, operator.neg, operator.truediv}
 
-        return sympy.Integer(node)
+
+def _scalar_value(node: torch.fx.Node, args: Any) -> Any:
+    """A non-tensor node's value where it is known: its traced int, or Python arithmetic on known
+    ints (a graph edited after tracing may carry no ``val``); ``_SCALAR`` otherwise."""
+    import sympy
+
+    if node.target in _PY_OPS and all(
+        isinstance(a, (int, float, sympy.Expr)) and not isinstance(a, bool) for a in args
+    ):
+        return node.target(*args)  # ints, or expressions of rank coordinates (see _rank_slice)
+    val = node.meta.get("val")
+    if isinstance(val, (bool, int, float)):
+        return val
+    if isinstance(val, torch.SymInt):
+        hint = val.node.hint
+        if hint is not None and not val.node.expr.free_symbols:
+            return int(hint)
+    return _SCALAR
+
+
+def _as_expr(value: Any) -> Any:
+    """An int or a sympy expression of rank coordinates as a sympy expression, else None."""
+    import sympy
+
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return sympy.Integer(value)
+    if isinstance(value, sympy.Expr):
+        return value
     return None
 
 
@@ -1122,6 +1151,37 @@ def _updated_order(spec: Any, changes: dict[int, Placement], append_to: int | No
         new = list(order) if order is not None else sorted(m for m, p in changes.items() if _sharded_dim(p) == append_to)
         entries.setdefault(append_to, []).extend(m for m in new if m not in entries[append_to])
     return tuple(ShardOrderEntry(tensor_dim=d, mesh_dims=tuple(ms)) for d, ms in sorted(entries.items()) if ms)
+
+
+def _global_shim(node: torch.fx.Node, value_of: Any, output_spec: Any) -> torch.fx.Node | None:
+    """A copy of ``node`` in a scratch graph whose tensor inputs are placeholders holding their
+    inferred *global* shapes (meta tensors), for rules that read shapes."""
+    graph = torch.fx.Graph()
+    mapping: dict[torch.fx.Node, torch.fx.Node] = {}
+    for i, arg in enumerate(node.all_input_nodes):
+        value = value_of(arg)
+        if not _is_spec(value) or value.tensor_meta is None:
+            continue
+        ph = graph.placeholder(f"in{i}")
+        ph.meta["val"] = torch.empty(value.tensor_meta.shape, dtype=value.tensor_meta.dtype, device="meta")
+        mapping[arg] = ph
+    if not mapping:
+        return None
+
+    def remap(a: Any) -> Any:
+        if isinstance(a, torch.fx.Node):
+            if a in mapping:
+                return mapping[a]
+            return a.meta.get("val") if not isinstance(a.meta.get("val"), torch.Tensor) else None
+        return a
+
+    args = torch.fx.node.map_aggregate(node.args, remap)
+    kwargs = torch.fx.node.map_aggregate(dict(node.kwargs), remap)
+    shim = graph.call_function(node.target, tuple(args), dict(kwargs))
+    if _is_spec(output_spec) and output_spec.tensor_meta is not None:
+        meta = output_spec.tensor_meta
+        shim.meta["val"] = torch.empty(meta.shape, dtype=meta.dtype, device="meta")
+    return shim
 
 
 def _with_shard0(spec: Any, dims: tuple[int, ...]) -> Any:
@@ -1324,6 +1384,7 @@ def verify_graph(
         seconds=time.perf_counter() - start,
         outputs_checked=v.outputs_checked,
         unproven_outputs=tuple(v.unproven),
+        table_notes=tuple(v.table_notes),
     )
     logger.info("apc verify: %s", report.verdict)
     return report
