@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .table import Binding, Mismatch, OpRule, bind, check
+from .table import Binding, CheckMemo, Mismatch, OpRule, bind
 
 if TYPE_CHECKING:
     import pulp
@@ -53,9 +53,17 @@ class Site:
         return len(self.verdicts)
 
 
-def find_sites(opt: ShardingOptimizer, rules: Sequence[OpRule]) -> tuple[list[Site], float]:
-    """Sites of ``rules`` in the optimizer's graph, in graph order, and the seconds it took."""
+def find_sites(
+    opt: ShardingOptimizer, rules: Sequence[OpRule], memo: CheckMemo | None = None
+) -> tuple[list[Site], float]:
+    """Sites of ``rules`` in the optimizer's graph, in graph order, and the seconds it took.
+
+    Verdicts go through ``memo`` (a fresh :class:`CheckMemo` by default): a strategy whose
+    (binding, input specs, output specs) was checked before — on this node or on a twin in
+    another layer — reuses that verdict, so the checks grow with distinct layers, not depth.
+    """
     t0 = time.perf_counter()
+    memo = CheckMemo() if memo is None else memo
     by_op = {r.op: r for r in rules}
     node_root: dict[int, int] = {}
     for linked_key, root_key in opt.cluster_links.items():
@@ -69,7 +77,7 @@ def find_sites(opt: ShardingOptimizer, rules: Sequence[OpRule]) -> tuple[list[Si
         if binding is None:
             continue
         strategies = opt.strats[node].strategies
-        verdicts = tuple(tuple(check(binding, s.input_specs, s.output_specs)) for s in strategies)
+        verdicts = memo.verdicts(binding, [(s.input_specs, s.output_specs) for s in strategies])
         idx = opt.node_map[node]
         sites.append(
             Site(
@@ -82,6 +90,7 @@ def find_sites(opt: ShardingOptimizer, rules: Sequence[OpRule]) -> tuple[list[Si
                 verdicts=verdicts,
             )
         )
+    logger.debug("apc: find_sites: %d sites, %d checks, %d reused", len(sites), memo.misses, memo.hits)
     return sites, time.perf_counter() - t0
 
 
