@@ -56,7 +56,7 @@ def test_memoized_verdicts_equal_unmemoized(llama3_sites):
 
 
 def test_twins_reuse_the_roots_verdicts(llama3_sites):
-    """With 2 cluster-linked layers, most lookups are hits: at least the twin' strategies."""
+    """With 2 cluster-linked layers, most lookups are hits: at least the twin's strategies."""
     _, _, memo, memoized, _ = llama3_sites
     twins = [s for s in memoized if not s.is_root]
     assert twins, "llama3's layers must be cluster-linked"
@@ -86,3 +86,14 @@ def test_strict_rows_same_with_and_without_memo(llama3_sites):
     memo_rows = rows(memoized)
     assert memo_rows, "strict must constrain something here for the comparison to mean anything"
     assert memo_rows == rows(plain)
+
+
+def test_node_roots_match_a_full_scan_of_cluster_links(llama3_sites):
+    """node_roots (one lookup per node) and twin_count equal what a pass over every linked key gives."""
+    opt = llama3_sites[0]
+    scan: dict[int, int] = {}
+    for linked_key, root_key in opt.cluster_links.items():
+        assert scan.setdefault(linked_key[0], root_key[0]) == root_key[0]
+    assert scan and _problem.node_roots(opt) == scan
+    for root in set(scan.values()):
+        assert _problem.twin_count(opt, root) == len({k for k, r in scan.items() if r == root})
