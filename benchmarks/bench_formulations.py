@@ -47,7 +47,8 @@ issue 13 as ``median [min-max]  bound  verdict`` (``ok``: every repeat meets the
 - per solver, the solve with the plugin's rows over the solve without (information);
 - peak RSS with the plugin / without <= 1.10, same solver.
 
-``--json FILE`` writes every run (each repeat and warm-up), the spreads, ratios and verdicts.
+``--json FILE`` writes every run (each repeat and warm-up), the spreads, ratios and verdicts at the
+end, and appends each run to ``FILE.runs.jsonl`` as it completes.
 """
 
 from __future__ import annotations
@@ -148,6 +149,10 @@ def _launch(args: argparse.Namespace, row: tuple[str, str]) -> dict[str, Any]:
     finally:
         os.unlink(out)
     payload["process_s"] = time.perf_counter() - t0
+    payload["row"] = "/".join(row)
+    if args.json:  # every run as it completes, so a cut-short benchmark still leaves its data
+        with open(args.json + ".runs.jsonl", "a") as f:
+            f.write(json.dumps(payload) + "\n")
     return payload
 
 
@@ -157,9 +162,9 @@ def _launch(args: argparse.Namespace, row: tuple[str, str]) -> dict[str, Any]:
 
 def _profile(args: argparse.Namespace, rows: list[tuple[str, str]]) -> int:
     """cProfile of ``add_op_constraints`` for each plugin row, one untimed run per formulation."""
-    import autoparallel_constraints  # noqa: F401
     from autoparallel.api import AutoParallel
 
+    import autoparallel_constraints  # noqa: F401
     from autoparallel_constraints._lab import compare_rows
 
     original = AutoParallel.add_op_constraints
@@ -219,8 +224,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         return _worker(args)
 
-    from autoparallel_constraints._lab import BASELINE, CompareResult, RowRuns, RunSummary, render_compare
-    from autoparallel_constraints._lab import _load, result_payload
+    from autoparallel_constraints._lab import (
+        BASELINE,
+        CompareResult,
+        RowRuns,
+        RunSummary,
+        _load,
+        render_compare,
+        result_payload,
+    )
     from autoparallel_constraints._stats import Ratio, Spread, interleave, paired_ratio
 
     rows = [tuple(r.split("/")) for r in args.rows.split(",") if r]
