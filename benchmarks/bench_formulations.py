@@ -19,9 +19,11 @@ How it measures:
   ROW ...``: it builds the model, enters ``AutoParallel``, adds the plugin (or not), solves, and
   reports its :class:`RunSummary` and its peak RSS. A fresh process is what makes the peak RSS a
   per-row figure (``ru_maxrss`` only grows within a process): ``rss`` is the worker's own peak
-  (``getrusage(RUSAGE_SELF)``: the model, the ILP, PuLP, and HiGHS, which runs in-process),
-  ``solver rss`` the peak of its children (``RUSAGE_CHILDREN``: the CBC binary). Their sum bounds
-  what the run held at once from above; the RSS target is taken on that sum.
+  (``getrusage(RUSAGE_SELF)``: the model, the ILP, PuLP, and HiGHS, which runs in-process); the
+  RSS target is taken on it. ``RUSAGE_CHILDREN`` is recorded too but is *not* the CBC binary's
+  own peak: a forked child starts with its parent's high-water mark (Linux keeps it across
+  ``exec``), so it reads as the worker's RSS at the fork (measured: equal to the worker's peak on
+  llama3 32 layers). CBC's own memory is therefore not in these figures.
 * **Interleaved repeats after a warm-up** (``autoparallel_constraints._stats.interleave``):
   ``--warmup`` discarded runs first (the rows in order; they warm the page cache and the byte
   code — there is no in-process state to warm, every run is a new process), then ``--repeat``
@@ -45,10 +47,11 @@ issue 13 as ``median [min-max]  bound  verdict`` (``ok``: every repeat meets the
 - the fast exact route's solve (``none/highs-lp``) >= 3x faster than CBC's (``none/cbc``), with
   the same objective, and strict/lazy on that route, build+solve <= 0.85x ``none/cbc``;
 - per solver, the solve with the plugin's rows over the solve without (information);
-- peak RSS with the plugin / without <= 1.10, same solver.
+- peak RSS with the plugin / without <= 1.10, same solver (the worker process's peak).
 
 ``--json FILE`` writes every run (each repeat and warm-up), the spreads, ratios and verdicts at the
-end, and appends each run to ``FILE.runs.jsonl`` as it completes.
+end, and appends each run to ``FILE.runs.jsonl`` as it completes; ``--from-runs FILE.runs.jsonl``
+(same ``--rows`` and ``--warmup``) prints the figures of the complete rounds recorded there.
 """
 
 from __future__ import annotations
@@ -156,6 +159,24 @@ def _launch(args: argparse.Namespace, row: tuple[str, str]) -> dict[str, Any]:
     return payload
 
 
+def _recorded(
+    args: argparse.Namespace, rows: list[tuple[str, str]]
+) -> tuple[list[tuple[tuple[str, str], dict[str, Any]]], dict[tuple[str, str], list[dict[str, Any]]], None, None]:
+    """The runs a benchmark appended to ``FILE.runs.jsonl`` (``--from-runs``): the first
+    ``--warmup`` lines are the warm-up; of the rest, only complete rounds (every row once) count,
+    so a benchmark cut short still gives paired figures over the rounds it finished."""
+    with open(args.from_runs) as f:
+        payloads = [json.loads(line) for line in f if line.strip()]
+    warmups = [(tuple(p["row"].split("/")), p) for p in payloads[: args.warmup]]
+    measured: dict[tuple[str, str], list[dict[str, Any]]] = {r: [] for r in rows}
+    for p in payloads[args.warmup :]:
+        measured.setdefault(tuple(p["row"].split("/")), []).append(p)
+    complete = min(len(measured[r]) for r in rows)
+    if complete < 1:
+        raise SystemExit(f"{args.from_runs}: no complete round over {', '.join('/'.join(r) for r in rows)}")
+    return warmups, {r: measured[r][:complete] for r in rows}, None, None
+
+
 # ---------------------------------------------------------------------------------------------
 # the profile, a separate run
 
@@ -218,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-limit", type=float, default=None, help="solver seconds per optimize_placement")
     parser.add_argument("--profile", action="store_true", help="only profile add_op_constraints (untimed)")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--from-runs", default=None, metavar="FILE.runs.jsonl",
+                        help="no runs: print the figures of the runs a benchmark recorded (complete rounds)")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -243,22 +266,26 @@ def main(argv: list[str] | None = None) -> int:
         s = p["summary"]
         print(f"{tag} {'/'.join(row)}: build {s['build_s']:.2f}s (plugin {s['plugin_s']:.3f}s), solve "
               f"{s['solve_s']:.2f}s, cpu {s['build_cpu_s'] + s['solve_cpu_s']:.2f}s, objective {s['objective']:.4f}, "
-              f"rss {p['rss_kib'] / 2**20:.2f} GiB + solver {p['solver_rss_kib'] / 2**20:.2f} GiB; "
+              f"rss {p['rss_kib'] / 2**20:.2f} GiB; "
               f"{s['solver_status']}", file=sys.stderr, flush=True)
 
-    load_start = _load()
-    warmups: list[tuple[tuple[str, str], dict[str, Any]]] = []
-    for i in range(args.warmup):
-        row = rows[i % len(rows)]
-        warmups.append((row, _launch(args, row)))
-        progress(f"[warm-up {i + 1}/{args.warmup}]", row, warmups[-1][1])
-    total = args.repeat * len(rows)
+    if args.from_runs:
+        warmups, measured, load_start, load_end = _recorded(args, rows)
+    else:
+        load_start = _load()
+        warmups = []
+        for i in range(args.warmup):
+            row = rows[i % len(rows)]
+            warmups.append((row, _launch(args, row)))
+            progress(f"[warm-up {i + 1}/{args.warmup}]", row, warmups[-1][1])
+        total = args.repeat * len(rows)
 
-    def on_done(step: int, total_: int, row: tuple[str, str], _w: bool, p: dict[str, Any]) -> None:
-        progress(f"[{step}/{total}]", row, p)
+        def on_done(step: int, total_: int, row: tuple[str, str], _w: bool, p: dict[str, Any]) -> None:
+            progress(f"[{step}/{total}]", row, p)
 
-    measured, _ = interleave(rows, lambda row: _launch(args, row), repeat=args.repeat, warmup=0, on_done=on_done)
-    load_end = _load()
+        measured, _ = interleave(rows, lambda row: _launch(args, row), repeat=args.repeat, warmup=0, on_done=on_done)
+        load_end = _load()
+    args.repeat = len(measured[rows[0]])
 
     def summary(p: dict[str, Any]) -> RunSummary:
         return RunSummary(**{**p["summary"], "mesh": tuple(p["summary"]["mesh"])})
@@ -275,21 +302,21 @@ def main(argv: list[str] | None = None) -> int:
                     warmups=tuple(summary(p) for r, p in warmups if r == (f, s)))
             for f, s in rows
         ],
-        machine={**first["machine"], "load_start": load_start, "load_end": load_end},
+        machine={**first["machine"], **({"load_start": load_start, "load_end": load_end} if load_start is not None and load_end is not None else {})},
     )
     print(render_compare(result))
     print(f"warm-up: {args.warmup} discarded run(s) ({', '.join('/'.join(r) for r, _ in warmups) or 'none'}); "
           "every run a fresh process")
 
     def rss(p: dict[str, Any]) -> float:
-        return (p["rss_kib"] + p["solver_rss_kib"]) / 2**20
+        return p["rss_kib"] / 2**20
 
-    print("\npeak RSS per row, GiB (worker process + its solver child; median [min-max]):")
+    print("\npeak RSS per row, GiB (the worker process, RUSAGE_SELF; median [min-max]):")
     for r in rows:
         ps = measured[r]
-        print(f"  {'/'.join(r):<20} {Spread.of([rss(p) for p in ps]).format('.2f'):>22}   "
-              f"process {Spread.of([p['rss_kib'] / 2**20 for p in ps]).format('.2f')}, "
-              f"solver child {Spread.of([p['solver_rss_kib'] / 2**20 for p in ps]).format('.2f')}")
+        print(f"  {'/'.join(r):<20} {Spread.of([rss(p) for p in ps]).format('.2f'):>22}   (largest child's "
+              f"ru_maxrss {Spread.of([p['solver_rss_kib'] / 2**20 for p in ps]).format('.2f')}: includes the "
+              "parent's RSS at fork)")
 
     verdicts: list[dict[str, Any]] = []
 
@@ -353,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             info(f"{r.label} solve / {base.label} solve",
                  paired_ratio(r.spread(lambda s: s.solve_cpu_s).samples, base.spread(lambda s: s.solve_cpu_s).samples))
-    print("\npeak RSS with the plugin / without, same solver (process + solver child, paired):")
+    print("\npeak RSS with the plugin / without, same solver (worker process, paired):")
     for solver in solvers:
         if (BASELINE, solver) not in measured:
             continue
