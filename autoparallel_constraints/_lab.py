@@ -878,7 +878,7 @@ def add_compare_subcommand(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--model", choices=sorted(LAB_MODELS), default="seed")
     p.add_argument("--mesh", type=parse_mesh, default=(2, 4), help="mesh shape, e.g. 2x4 (default) or 8x8")
     p.add_argument("--formulations", default="none,strict,explicit,soft,lazy", help="comma list; 'none' = autoparallel alone; your own: a registered name or package.module:Class")
-    p.add_argument("--solvers", default="cbc,highs", help="comma list of cbc, highs")
+    p.add_argument("--solvers", default="cbc,highs", help="comma list of cbc, highs, highs-lp")
     p.add_argument("--size", choices=SIZES, default="full", help="model size: full (default) or tiny (seconds, for tests)")
     p.add_argument("--layers", type=int, default=None, help="layers (llama3: 2, falcon: 1 by default)")
     p.add_argument("--dim", type=int, default=None, help="hidden size (llama3: 4096, falcon: 4544 at full size)")

@@ -119,7 +119,9 @@ def add_op_constraints(
             :class:`~autoparallel_constraints.VerificationError` naming the node and the inferred
             and expected placements, ``"warn"`` warns (``VerificationWarning``), ``"off"`` skips it.
         table: a :class:`Table` to use instead of the process-wide default.
-        solver: ``"cbc"`` (default, ships with PuLP) or ``"highs"`` (the ``highs`` extra).
+        solver: ``"cbc"`` (default, ships with PuLP), ``"highs"`` (the ``highs`` extra) or
+            ``"highs-lp"`` (HiGHS's LP relaxation first, accepted when integral — then optimal for
+            the ILP — else HiGHS's MIP; the fastest exact route on autoparallel's ILPs).
         time_limit: seconds for all solves of one ``optimize_placement`` (lazy rounds share it);
             stopped with a feasible plan: kept, with a ``SolverTimeLimitWarning``; without one:
             :class:`~autoparallel_constraints.SolverTimeLimitError`.

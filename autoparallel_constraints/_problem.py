@@ -9,6 +9,7 @@ row, with the co-sharding verdict of each of its strategies.
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
 from collections.abc import Sequence
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .table import Binding, Mismatch, OpRule, bind, check
+from .table import Binding, CheckMemo, Mismatch, OpRule, bind
 
 if TYPE_CHECKING:
     import pulp
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Site", "find_sites", "strategy_indicator", "twin_count"]
+__all__ = ["Site", "find_sites", "node_roots", "strategy_indicator", "twin_count"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,13 +54,19 @@ class Site:
         return len(self.verdicts)
 
 
-def find_sites(opt: ShardingOptimizer, rules: Sequence[OpRule]) -> tuple[list[Site], float]:
-    """Sites of ``rules`` in the optimizer's graph, in graph order, and the seconds it took."""
+def find_sites(
+    opt: ShardingOptimizer, rules: Sequence[OpRule], memo: CheckMemo | None = None
+) -> tuple[list[Site], float]:
+    """Sites of ``rules`` in the optimizer's graph, in graph order, and the seconds it took.
+
+    Verdicts go through ``memo`` (a fresh :class:`CheckMemo` by default): a strategy whose
+    (binding, input specs, output specs) was checked before — on this node or on a twin in
+    another layer — reuses that verdict, so the checks grow with distinct layers, not depth.
+    """
     t0 = time.perf_counter()
+    memo = CheckMemo() if memo is None else memo
     by_op = {r.op: r for r in rules}
-    node_root: dict[int, int] = {}
-    for linked_key, root_key in opt.cluster_links.items():
-        node_root.setdefault(linked_key[0], root_key[0])
+    node_root = node_roots(opt)
     sites: list[Site] = []
     for node in opt.graph.nodes:
         rule = by_op.get(node.target)
@@ -69,7 +76,7 @@ def find_sites(opt: ShardingOptimizer, rules: Sequence[OpRule]) -> tuple[list[Si
         if binding is None:
             continue
         strategies = opt.strats[node].strategies
-        verdicts = tuple(tuple(check(binding, s.input_specs, s.output_specs)) for s in strategies)
+        verdicts = memo.verdicts(binding, [(s.input_specs, s.output_specs) for s in strategies])
         idx = opt.node_map[node]
         sites.append(
             Site(
@@ -82,6 +89,7 @@ def find_sites(opt: ShardingOptimizer, rules: Sequence[OpRule]) -> tuple[list[Si
                 verdicts=verdicts,
             )
         )
+    logger.debug("apc: find_sites: %d sites, %d checks, %d reused", len(sites), memo.misses, memo.hits)
     return sites, time.perf_counter() - t0
 
 
@@ -97,9 +105,36 @@ def strategy_indicator(opt: ShardingOptimizer, node_idx: int, out_idx: int) -> l
     return [opt._get_pulp_variable((node_idx, 0, out_idx, j)) for j in range(n_inputs)]
 
 
+def node_roots(opt: ShardingOptimizer) -> dict[int, int]:
+    """Linked node index -> its cluster root's node index, for every linked node.
+
+    autoparallel links *every* key ``(i, a, o, j)`` of a linked node to the same root node
+    (``create_cluster_links``), so the key ``(i, 0, 0, 0)`` tells: one lookup per node instead of
+    a pass over ``cluster_links`` (one entry per linked variable, ~10^5-10^6 at real depth).
+    Cached on the optimizer while ``cluster_links`` keeps its size.
+    """
+    links = opt.cluster_links
+    cached = getattr(opt, "_apc_node_roots", None)
+    if cached is not None and cached[0] == len(links):
+        return cached[1]
+    roots: dict[int, int] = {}
+    if links:
+        for idx in range(len(opt.nodes)):
+            root_key = links.get((idx, 0, 0, 0))
+            if root_key is not None:
+                roots[idx] = root_key[0]
+    opt._apc_node_roots = (len(links), roots)
+    return roots
+
+
 def twin_count(opt: ShardingOptimizer, root_idx: int) -> int:
     """How many linked nodes share ``root_idx``'s variables (repeated layers)."""
-    return len({k[0] for k, r in opt.cluster_links.items() if r[0] == root_idx})
+    roots = node_roots(opt)
+    counts = getattr(opt, "_apc_twin_counts", None)
+    if counts is None or counts[0] is not roots:
+        counts = (roots, collections.Counter(roots.values()))
+        opt._apc_twin_counts = counts
+    return counts[1][root_idx]
 
 
 def strategy_index(opt: ShardingOptimizer, node: torch.fx.Node, chosen: Any) -> int | None:

@@ -14,6 +14,7 @@ import pulp
 import pytest
 import torch
 from autoparallel.api import AutoParallel
+from torch.distributed.tensor.placement_types import Shard
 
 import autoparallel_constraints as apc
 from autoparallel_constraints import _solvers
@@ -119,7 +120,7 @@ def market_split(m: int = 5, n: int = 40, seed: int = 7, elastic: bool = False) 
     return prob, x
 
 
-@pytest.mark.parametrize("solver", ["cbc", "highs"])
+@pytest.mark.parametrize("solver", ["cbc", "highs", "highs-lp"])
 def test_time_limit_without_a_plan_raises(solver):
     """The solver stops at the limit with no feasible plan: SolverTimeLimitError names the solver,
     the limit and what to do; the outcome is recorded as 'time limit hit: no feasible plan'."""
@@ -133,7 +134,7 @@ def test_time_limit_without_a_plan_raises(solver):
     assert "time limit hit: no feasible plan" in outcome.describe()
 
 
-@pytest.mark.parametrize("solver", ["cbc", "highs"])
+@pytest.mark.parametrize("solver", ["cbc", "highs", "highs-lp"])
 def test_time_limit_with_a_plan_keeps_it_and_warns(solver):
     """The solver stops at the limit holding a feasible, unproven plan: it is kept (values set, a
     status autoparallel accepts), SolverTimeLimitWarning says so, and the outcome records it."""
@@ -148,3 +149,77 @@ def test_time_limit_with_a_plan_keeps_it_and_warns(solver):
     assert status == pulp.LpStatusOptimal  # what autoparallel checks (not -1): the plan is used
     assert all(v.varValue in (0.0, 1.0) for v in x.values())
     assert any(issubclass(w.category, SolverTimeLimitWarning) and "not proven optimal" in str(w.message) for w in caught)
+
+
+def odd_cycle() -> tuple[pulp.LpProblem, dict]:
+    """max x0 + x1 + x2 with x_i + x_j <= 1 on a triangle, x binary: the relaxation's optimum is
+    x = 1/2 everywhere (3/2), the ILP's is one x = 1 (1): the relaxation is never integral."""
+    prob = pulp.LpProblem("odd_cycle", pulp.LpMaximize)
+    x = {i: pulp.LpVariable(f"x_{i}", cat=pulp.LpBinary) for i in range(3)}
+    for i, j in ((0, 1), (1, 2), (0, 2)):
+        prob += (x[i] + x[j] <= 1, f"edge_{i}{j}")
+    prob += pulp.lpSum(x.values())
+    return prob, x
+
+
+def test_highs_lp_falls_back_to_the_mip_when_the_relaxation_is_fractional():
+    """highs-lp on a problem whose relaxation is fractional: the outcome says so, and the MIP's
+    optimum (1, binary values) is what autoparallel gets — not the relaxation's 3/2."""
+    prob, x = odd_cycle()
+    opt = types.SimpleNamespace(prob=prob, pulp_variables=x)
+    hook = install(opt, SolverConfig(name="highs-lp"))
+    assert prob.solve(pulp.PULP_CBC_CMD(msg=False)) == pulp.LpStatusOptimal
+    (outcome,) = hook.outcomes
+    assert outcome.relaxation == "fractional (3 columns)" and outcome.optimal
+    assert outcome.objective == pytest.approx(1.0) and sorted(v.varValue for v in x.values()) == [0.0, 0.0, 1.0]
+    assert "LP relaxation fractional (3 columns)" in outcome.describe()
+
+
+def test_highs_lp_accepts_an_integral_relaxation_as_optimal():
+    """A relaxation whose optimum is integral (x_i + x_j <= 1 on a path: a bipartite graph) is
+    accepted without the MIP: optimal, exact 0/1 values, the objective CBC proves."""
+    prob = pulp.LpProblem("path", pulp.LpMaximize)
+    x = {i: pulp.LpVariable(f"x_{i}", cat=pulp.LpBinary) for i in range(4)}
+    for i in range(3):
+        prob += (x[i] + x[i + 1] <= 1, f"edge_{i}")
+    prob += pulp.lpSum((1 + 0.1 * i) * x[i] for i in range(4))
+    hook = install(types.SimpleNamespace(prob=prob, pulp_variables=x), SolverConfig(name="highs-lp"))
+    prob.solve()
+    (outcome,) = hook.outcomes
+    lp_values = {i: v.varValue for i, v in x.items()}
+    assert outcome.relaxation == "integral" and outcome.optimal
+    assert set(lp_values.values()) <= {0.0, 1.0}
+    cbc = prob.deepcopy()
+    cbc.solve(pulp.PULP_CBC_CMD(msg=False))
+    assert outcome.objective == pytest.approx(pulp.value(cbc.objective), rel=1e-9)
+
+
+@pytest.mark.full
+def test_highs_lp_gives_cbcs_objective_on_the_seed_block_and_llama3(make_mesh):
+    """highs-lp against CBC: the seed block (small, 2x4) alone and with strict, and llama3_small
+    (2 layers, mesh 2) alone and with lazy: the same objective, exact binaries, a clean audit on
+    the seed block; each outcome names the relaxation's verdict."""
+    from autoparallel_constraints._lab import run_model
+    from autoparallel_constraints.models import llama3_small
+
+    mesh = make_mesh((2, 4))
+    cbc, _ = run_seed(None, mesh, config=SMALL)
+    seen = []
+
+    def grab(autop):
+        opt = autop.sharding_optimizer
+        seen.append(({v.varValue for v in opt.pulp_variables.values()}, opt._apc_solver.outcomes[-1]))
+
+    for form in (None, "strict"):
+        run, report = run_seed(form, mesh, config=SMALL, solver="highs-lp", after_apply=grab)
+        assert report.ok and run.objective == pytest.approx(cbc.objective, rel=1e-9)
+    model_fn, input_fn = llama3_small(n_layers=2)
+    with torch.device("meta"):
+        model = model_fn()
+    kwargs = {"name": "llama3", "input_placements": [(Shard(0),)], "apply": False}
+    base, _ = run_model(model, input_fn, make_mesh((2,)), formulation=None, **kwargs)
+    for form in (None, "lazy"):
+        run, _ = run_model(model, input_fn, make_mesh((2,)), formulation=form, solver="highs-lp", **kwargs)
+        assert run.objective == pytest.approx(base.objective, rel=1e-9), form
+    for values, outcome in seen:
+        assert values <= {0.0, 1.0} and outcome.solver == "highs-lp" and outcome.relaxation is not None

@@ -24,6 +24,7 @@ from ._model import (
     Reduce,
     Role,
     Take,
+    CheckMemo,
     check,
     repair_targets,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "Table",
     "Take",
     "bind",
+    "CheckMemo",
     "check",
     "default_table",
     "repair_targets",

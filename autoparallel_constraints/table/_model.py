@@ -11,7 +11,10 @@ together. Rows are data; the rules they encode are applied by two functions:
   concatenated or scattered along). Marked dims must be Replicate. How the dims map is the row's
   :class:`Alignment`; each alignment's dim-map function lives in ``_binders``.
 * :func:`check` decides whether one strategy's input and output specs are co-sharded under a
-  binding, and returns every :class:`Mismatch` it finds (empty = co-sharded).
+  binding, and returns every :class:`Mismatch` it finds (empty = co-sharded). It is a pure
+  function of (binding, input specs, output specs), so :class:`CheckMemo` keeps each verdict by
+  that key: repeated layers bind their rows to equal bindings with equal specs, and are checked
+  once however deep the model is.
 
 Logical dims are the first output's dims ``0..n-1``, plus dims the op sums over (an einsum's
 contracted labels, the batch dims of a weight gradient), numbered after them. Co-sharded means,
@@ -54,6 +57,7 @@ __all__ = [
     "ArgSpec",
     "Binding",
     "BoundArg",
+    "CheckMemo",
     "DimKind",
     "Flag",
     "Linearity",
@@ -453,6 +457,50 @@ def check(binding: Binding, input_specs: Sequence[DTensorSpec | None], output_sp
         mismatches.extend(_check_mesh_dim(binding, members, m))
     mismatches.extend(_check_shard_order(members, ndim))
     return mismatches
+
+
+class CheckMemo:
+    """:func:`check`'s verdicts by (binding, input specs, output specs).
+
+    ``verdict(binding, in, out) == tuple(check(binding, in, out))`` for every argument (``check``
+    reads nothing else). Keys compare bindings with ``==`` (frozen dataclasses: twins of a
+    repeated layer bind to equal ones) and specs with ``DTensorSpec.__eq__`` (placements, mesh,
+    shard order, tensor meta; its hash is cached on the spec). ``hits``/``misses`` count lookups.
+    One memo lives for one ``find_sites`` call, so nothing outlives the optimizer it describes.
+    """
+
+    __slots__ = ("_by_binding", "hits", "misses")
+
+    def __init__(self) -> None:
+        self._by_binding: dict[Binding, dict[tuple[Any, Any], tuple[Mismatch, ...]]] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def verdicts(
+        self, binding: Binding, strategies: Sequence[tuple[Sequence[DTensorSpec | None], Any]]
+    ) -> tuple[tuple[Mismatch, ...], ...]:
+        """The verdict of every ``(input_specs, output_specs)`` pair in ``strategies``."""
+        table = self._by_binding.setdefault(binding, {})
+        out: list[tuple[Mismatch, ...]] = []
+        for input_specs, output_specs in strategies:
+            key = (tuple(input_specs), tuple(output_specs) if isinstance(output_specs, list) else output_specs)
+            verdict = table.get(key)
+            if verdict is None:
+                verdict = table[key] = tuple(check(binding, input_specs, output_specs))
+                self.misses += 1
+            else:
+                self.hits += 1
+            out.append(verdict)
+        return tuple(out)
+
+    def verdict(
+        self, binding: Binding, input_specs: Sequence[DTensorSpec | None], output_specs: Any
+    ) -> tuple[Mismatch, ...]:
+        """The verdict of one strategy (see :meth:`verdicts`)."""
+        return self.verdicts(binding, ((input_specs, output_specs),))[0]
+
+    def __len__(self) -> int:
+        return sum(len(t) for t in self._by_binding.values())
 
 
 def _check_mesh_dim(binding: Binding, members: list[_Member], m: int) -> list[Mismatch]:

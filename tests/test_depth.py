@@ -1,0 +1,99 @@
+"""Guards the plugin's work at depth: rule verdicts memoized by (binding, input specs, output spec)
+(``CheckMemo``) are exactly the unmemoized ``check`` verdicts, twins of a repeated layer reuse
+their root's verdicts, a second identical query hits the memo, and ``add_op_constraints`` adds
+the same rows with and without the memo (strict's build from either set of sites)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from autoparallel.api import AutoParallel
+from torch.distributed.tensor.placement_types import Shard
+
+import autoparallel_constraints  # noqa: F401  (installs add_op_constraints)
+from autoparallel_constraints import _problem
+from autoparallel_constraints.formulations import Namer, make_formulation
+from autoparallel_constraints.models import llama3_small
+from autoparallel_constraints.table import CheckMemo, bind, check, default_table
+
+
+class _NoMemo(CheckMemo):
+    """The unmemoized path: every strategy checked afresh."""
+
+    def verdicts(self, binding, strategies):  # type: ignore[override]
+        return tuple(tuple(check(binding, i, o)) for i, o in strategies)
+
+
+def _autop(mesh):
+    model_fn, input_fn = llama3_small(n_layers=2)
+    with torch.device("meta"):
+        model = model_fn()
+    return AutoParallel(model, input_fn, mesh)
+
+
+@pytest.fixture(scope="module")
+def llama3_sites():
+    """llama3_small with 2 layers on a 1-D mesh of 2 (6 s to build; 2x2 takes 47 s): the sites found with a memo and without one."""
+    from autoparallel_constraints.testing import cpu_mesh
+
+    with _autop(cpu_mesh((2,))) as autop:
+        autop.add_input_constraints([(Shard(0),)])
+        opt = autop.sharding_optimizer
+        rules = default_table().select(None)
+        memo = CheckMemo()
+        memoized, _ = _problem.find_sites(opt, rules, memo)
+        plain, _ = _problem.find_sites(opt, rules, _NoMemo())
+        yield opt, rules, memo, memoized, plain
+
+
+def test_memoized_verdicts_equal_unmemoized(llama3_sites):
+    """Same sites, same per-strategy verdicts (mismatch objects compare equal), memo or not."""
+    _, _, memo, memoized, plain = llama3_sites
+    assert [s.node for s in memoized] == [s.node for s in plain]
+    assert [s.verdicts for s in memoized] == [s.verdicts for s in plain]
+    assert any(s.bad_indices for s in memoized), "the model must have strategies the table forbids"
+    assert memo.misses == len(memo) and memo.misses + memo.hits == sum(s.num_strategies for s in memoized)
+
+
+def test_twins_reuse_the_roots_verdicts(llama3_sites):
+    """With 2 cluster-linked layers, most lookups are hits: at least the twin's strategies."""
+    _, _, memo, memoized, _ = llama3_sites
+    twins = [s for s in memoized if not s.is_root]
+    assert twins, "llama3's layers must be cluster-linked"
+    assert memo.hits >= sum(s.num_strategies for s in twins)
+
+
+def test_second_identical_query_hits(llama3_sites):
+    """Asking again for a (binding, specs) already checked returns the stored verdict, counted a hit."""
+    opt, _, memo, memoized, _ = llama3_sites
+    site = next(s for s in memoized if s.bad_indices)
+    strategy = opt.strats[site.node].strategies[site.bad_indices[0]]
+    binding = bind(site.rule, site.node, is_input=lambda n: n in opt.strats)
+    hits, misses = memo.hits, memo.misses
+    verdict = memo.verdict(binding, strategy.input_specs, strategy.output_specs)
+    assert (memo.hits, memo.misses) == (hits + 1, misses)
+    assert verdict == site.verdicts[site.bad_indices[0]] == tuple(check(binding, strategy.input_specs, strategy.output_specs))
+
+
+def test_strict_rows_same_with_and_without_memo(llama3_sites):
+    """strict's build from memoized sites equals its build from unmemoized ones, row for row."""
+    opt, _, _, memoized, plain = llama3_sites
+
+    def rows(sites):
+        additions = make_formulation("strict").build(opt, sites, Namer("strict", taken=opt.prob.constraints))
+        return {name: str(c) for name, c in additions.constraints.items()}
+
+    memo_rows = rows(memoized)
+    assert memo_rows, "strict must constrain something here for the comparison to mean anything"
+    assert memo_rows == rows(plain)
+
+
+def test_node_roots_match_a_full_scan_of_cluster_links(llama3_sites):
+    """node_roots (one lookup per node) and twin_count equal what a pass over every linked key gives."""
+    opt = llama3_sites[0]
+    scan: dict[int, int] = {}
+    for linked_key, root_key in opt.cluster_links.items():
+        assert scan.setdefault(linked_key[0], root_key[0]) == root_key[0]
+    assert scan and _problem.node_roots(opt) == scan
+    for root in set(scan.values()):
+        assert _problem.twin_count(opt, root) == len({k for k, r in scan.items() if r == root})
