@@ -33,7 +33,7 @@ NAME = re.compile(r"^(?P<form>[a-z]+)\.(?P<family>[a-z_]+)_(?P<idx>\d{3})$")
 class Run:
     """One solve+apply of a scenario: summary, audit, constraint report, all plugin names, or the error."""
 
-    def __init__(self, scenario: str, formulation: str | None) -> None:
+    def __init__(self, scenario: str, formulation: str | None, verify: str = "raise") -> None:
         self.error: BaseException | None = None
         self.summary = self.audit = self.report = None
         self.names: list[str] = []
@@ -46,13 +46,14 @@ class Run:
                 self.names = [*state.additions.constraints, *state.additions.variables]
 
         configure = {"clean": None, "forced": pin_producers, "pinned": pin_illegal}[scenario]
+        options = {"plugin_options": {"verify": verify}} if formulation is not None else {}
         try:
             if scenario == "clean":
-                self.summary, self.audit = run_seed(formulation, mesh, config=SMALL, after_apply=grab)
+                self.summary, self.audit = run_seed(formulation, mesh, config=SMALL, after_apply=grab, **options)
             else:
                 with forced_348():
                     self.summary, self.audit = run_seed(
-                        formulation, mesh, config=SMALL, configure=configure, after_apply=grab
+                        formulation, mesh, config=SMALL, configure=configure, after_apply=grab, **options
                     )
         except apc.ConstraintsError as exc:
             self.error = exc
@@ -61,12 +62,12 @@ class Run:
 @pytest.fixture(scope="module")
 def runs(fake_process_group: None, cpu_device_name: str):
     """Each (scenario, formulation) solved once per module, on demand."""
-    cache: dict[tuple[str, str | None], Run] = {}
+    cache: dict[tuple[str, str | None, str], Run] = {}
 
-    def get(scenario: str, formulation: str | None) -> Run:
-        key = (scenario, formulation)
+    def get(scenario: str, formulation: str | None, verify: str = "raise") -> Run:
+        key = (scenario, formulation, verify)
         if key not in cache:
-            cache[key] = Run(scenario, formulation)
+            cache[key] = Run(scenario, formulation, verify)
         return cache[key]
 
     return get
@@ -154,9 +155,9 @@ def test_forced_348_plan_is_fixed(runs, formulation):
 @pytest.mark.parametrize("formulation", FORMS)
 def test_pinned_illegal_strategy(runs, formulation):
     """index_put pinned to the illegal strategy: strict and lazy refuse with the rule and the pin
-    named; explicit repairs it with a named redistribution (audit clean); soft keeps the plan and
-    its report lists index_put's rule as given way at the penalty — which the independent audit
-    confirms by flagging index_put."""
+    named; explicit repairs it with a named redistribution (audit clean); soft keeps the plan: the
+    verifier (verify="raise", the default) refuses the graph it gives, and with verify="warn" its
+    report lists index_put's rule as given way at the penalty, which the audit confirms."""
     run = runs("pinned", formulation)
     if formulation in ("strict", "lazy"):
         assert isinstance(run.error, apc.StrictConflictError), run.error
@@ -164,6 +165,12 @@ def test_pinned_illegal_strategy(runs, formulation):
         assert f"{formulation} formulation conflicts with user pins" in text
         assert "pin_illegal_000" in text and "aten.index_put.default [index_put]" in text
         return
+    if formulation == "soft":
+        # soft lets index_put's rule give way at the penalty; the default verify="raise" then
+        # refuses the graph that plan gives (index_put's inputs are not co-sharded)
+        assert isinstance(run.error, apc.VerificationError), run.error
+        assert run.error.report.violations
+        run = runs("pinned", formulation, verify="warn")  # the graph handed back, to report on
     assert run.error is None, run.error
     if formulation == "explicit":
         assert run.audit.ok, run.audit
