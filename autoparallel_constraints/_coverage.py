@@ -2,7 +2,7 @@
 
 Two commands (``add_subcommands`` registers them on the package CLI)::
 
-    python -m autoparallel_constraints coverage seed|llama3|falcon [--mesh 2x2] [--json FILE]
+    python -m autoparallel_constraints coverage seed|llama3|falcon|<zoo family>|all [--mesh 2x2] [--json FILE]
     python -m autoparallel_constraints crosscheck [--mesh 2x2] [--rows add,index_put] [--model falcon]
 
 ``coverage`` traces the model's joint forward+backward graph the way ``AutoParallel`` does (no
@@ -77,11 +77,24 @@ def _falcon() -> tuple[Callable[[], torch.nn.Module], Callable[[], torch.Tensor]
     return falcon_tiny()
 
 
-# name -> (builder, mixed precision as the demo runs it)
+def _zoo(family: str) -> Callable[[], tuple[Callable[[], torch.nn.Module], Callable[[], torch.Tensor]]]:
+    from .models import zoo_model
+
+    return lambda: zoo_model(family)
+
+
+def _zoo_families() -> list[str]:
+    from .models import ZOO
+
+    return sorted(ZOO)
+
+
+# name -> (builder, mixed precision as the demo runs it); every transformers zoo family too
 MODELS: dict[str, tuple[Callable[[], tuple[Callable[[], torch.nn.Module], Callable[[], Any]]], bool]] = {
     "falcon": (_falcon, False),
     "llama3": (_llama3, False),
     "seed": (_seed_model, True),
+    **{f"{family}": (_zoo(family), False) for family in _zoo_families()},
 }
 
 

@@ -1,7 +1,7 @@
 """The transformers zoo: tiny causal LMs nobody here wrote, through the plugin's default call.
 
 ``python -m autoparallel_constraints zoo [--families llama,gpt2] [--mesh 2x2] [--dynamic on|off|both]
-[--json FILE]`` runs every family of :data:`~.models.ZOO` (built on the meta device from a local
+[--json FILE]`` (``--table a.json,b.json`` prints saved runs' table) runs every family of :data:`~.models.ZOO` (built on the meta device from a local
 config, no downloads; eager attention, ``use_cache=False``, dropout 0, input ``[4, 16]`` token ids
 pinned ``(S(0), R, ...)``, logits pinned the same, parameter-memory constraint) on each mesh
 (default 2x2 and 2x4), with ``dynamic=True`` and ``False``, each through
@@ -196,20 +196,36 @@ def format_table(rows: Sequence[ZooRow]) -> str:
     return "\n".join(lines)
 
 
+def _load_rows(paths: Sequence[str]) -> list[ZooRow]:
+    rows = []
+    for path in paths:
+        with open(path) as f:
+            for item in json.load(f):
+                rows.append(ZooRow(**{**item, "mesh": tuple(item["mesh"]), "uncovered": tuple(item["uncovered"])}))
+    return rows
+
+
 def _zoo_command(args: argparse.Namespace) -> int:
+    if args.table:
+        rows = _load_rows(args.table.split(","))
+        print(format_table(rows))
+        return 0 if all(r.ok for r in rows) else 1
     families = args.families.split(",") if args.families else None
     meshes = [args.mesh] if args.mesh else list(MESHES)
     dynamic = {"both": (True, False), "on": (True,), "off": (False,)}[args.dynamic]
 
+    done: list[ZooRow] = []
+
     def progress(row: ZooRow) -> None:
         print(f"[zoo] {row.family} {'x'.join(map(str, row.mesh))} dynamic={row.dynamic}: "
               f"{row.failure or f'audit {row.audit}, {row.numerics}'} ({row.seconds:.0f}s)", file=sys.stderr, flush=True)
+        done.append(row)
+        if args.json:  # rewritten after every row: a long zoo interrupted keeps what it measured
+            with open(args.json, "w") as f:
+                json.dump([asdict(r) for r in done], f, indent=2)
 
     rows = run_zoo(families, meshes, dynamic, progress=progress)
     print(format_table(rows))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump([asdict(r) for r in rows], f, indent=2)
     return 0 if all(r.ok for r in rows) else 1
 
 
@@ -221,6 +237,7 @@ def add_zoo_subcommand(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--mesh", type=parse_mesh, default=None, help="one mesh, e.g. 2x2 (default: 2x2 and 2x4)")
     p.add_argument("--dynamic", choices=["both", "on", "off"], default="both",
                    help="AutoParallel(dynamic=...) runs (default both)")
-    p.add_argument("--json", default=None, help="also write every row as JSON to this file")
+    p.add_argument("--json", default=None, help="also write every row as JSON to this file (after each row)")
+    p.add_argument("--table", default=None, help="run nothing: print the table of these --json files (comma list)")
     p.set_defaults(func=_zoo_command)
     return p
