@@ -207,6 +207,8 @@ def find_size_couplings(
             position = 0
         elif dynamic and node.target in views:
             position = 1
+        elif node.target in views:  # static views: DTensor localizes their sizes
+            continue
         else:
             out.extend(_unlocalized(node, has_strategy))
             continue
@@ -238,6 +240,9 @@ def _position_ops() -> frozenset[Any]:
 def _unlocalized(node: torch.fx.Node, has_strategy: Callable[[torch.fx.Node], bool]) -> list[SizeCoupling]:
     """(Z2) for the size arguments of ``node``, an op the apply does not localize: every size node
     among its arguments that reads a planned tensor's dims (see the module docstring)."""
+    produced = torch.utils._pytree.tree_flatten(node.meta.get("val"))[0]
+    if not any(isinstance(v, torch.Tensor) for v in produced):  # size arithmetic itself, not a consumer
+        return []
     flat = torch.utils._pytree.tree_flatten((node.args, node.kwargs))[0]
     position_op = node.target in _position_ops()
     out = []
