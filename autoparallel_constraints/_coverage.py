@@ -126,6 +126,10 @@ def tensor_inputs(node: torch.fx.Node) -> int:
 # coverage
 
 
+#: Why an op with two or more tensor inputs has no row (printed beside it when uncovered).
+UNCOVERED_WHY: dict[str, str] = {}
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class OpCoverage:
     """One op of the graph with two or more tensor inputs."""
@@ -163,7 +167,8 @@ class CoverageReport:
                  f"mesh, traced in {self.seconds:.1f}s)",
                  f"  {'op':<{width}}  {'nodes':>5}  {'inputs':>6}  {'bound':>5}  row"]
         for o in self.ops:
-            row = f"{o.family}: {o.row}" if o.row else "UNCOVERED"
+            row = f"{o.family}: {o.row}" if o.row else "UNCOVERED" + (
+                f" ({UNCOVERED_WHY[o.op]})" if o.op in UNCOVERED_WHY else " (no reason recorded)")
             lines.append(f"  {o.op:<{width}}  {o.nodes:>5}  {o.tensor_inputs:>6}  {o.bound:>5}  {row}")
         n_nodes = sum(o.nodes for o in self.ops)
         lines.append(f"  {len(self.ops)} ops ({n_nodes} nodes): {len(self.ops) - len(self.uncovered)} covered, "
