@@ -127,7 +127,20 @@ def tensor_inputs(node: torch.fx.Node) -> int:
 
 
 #: Why an op with two or more tensor inputs has no row (printed beside it when uncovered).
-UNCOVERED_WHY: dict[str, str] = {}
+UNCOVERED_WHY: dict[str, str] = {
+    "aten.baddbmm.default": (
+        "bloom's alibi scores, beta*self + alpha*(batch1 @ batch2): a contraction plus a broadcast "
+        "addend, which neither the contraction rows (multilinear einsum specs) nor the pointwise rows "
+        "express; DTensor's own rule decides its strategy (bloom's 2x2 dynamic zoo run: clean and exact)"
+    ),
+    "transformers.grouped_mm_fallback.default": (
+        "transformers' custom op for mixtral's expert matmuls on CPU; a user op gets a row through "
+        "register_rule, none is shipped (mixtral's 2x2 dynamic zoo run: clean and exact)"
+    ),
+    "transformers.grouped_mm_fallback_backward.default": (
+        "the backward of transformers' grouped_mm_fallback custom op; see its forward"
+    ),
+}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
