@@ -12,6 +12,8 @@ groundtruth  every row checked against numerics on simulated ranks (``--full`` f
 distributed-seed  one forward+backward step of the seed block on real ranks (under ``torchrun``).
 mutate  proof by mutation: correct parallel graphs broken one thing at a time, each run under
        LocalTensorMode and given to the verifier; a table of caught / MISS / fine / flagged.
+zoo    tiny transformers causal LMs (llama, mistral, qwen2, gpt2, gpt_neox, phi, gemma, opt, bloom,
+       mixtral) through the default call on 2x2 and 2x4, dynamic and static: audit, numerics, one table.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections.abc import Sequence
 from ._coverage import add_subcommands as add_coverage_subcommands
 from ._demo import add_demo_subcommand
 from ._lab import add_compare_subcommand
+from ._zoo import add_zoo_subcommand
 from .errors import ConstraintsError
 from .table._groundtruth import add_subcommand as add_groundtruth_subcommand
 from .testing._mutate import add_subcommand as add_mutate_subcommand
@@ -42,6 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_groundtruth_subcommand(sub)
     add_distributed_seed_subcommand(sub)
     add_mutate_subcommand(sub)
+    add_zoo_subcommand(sub)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:

@@ -36,6 +36,16 @@ both sides; (Z3) lets a concrete size be split only evenly. All are hard in ever
 redistribution can repair a size. Implemented in :func:`build_size_constraints` (named
 ``size.match_<idx>``, ``size.global_<idx>``, ``size.even_<idx>``).
 
+**Sizes the apply does not localize.** A size expression passed to any *other* planned op (the
+length of ``prims.iota``, what ``torch.arange(x.shape[0])`` traces to; the end of a ``slice``; …)
+is also evaluated by the apply on the local tensors it reads, even when tracing specialized it to a
+number, and reaches the op unchanged. The op runs with DTensor's semantics, i.e. expects the
+global value, so the coupling is (Z2) without an output dim: every leaf it reads stays unsharded.
+``iota`` and ``arange`` make positions, so their output dim is kept unsharded too (Z2 with the
+output dim). Found by the zoo: transformers' ``sdpa_mask`` builds ``torch.arange(batch_size)`` from
+the input ids' batch; with the ids batch-sharded the iota was half as long as its replicated plan,
+and apply failed with "expand: attempting to expand a dimension of length 2 -> 4!".
+
 Limits: (Z1) equates local sizes exactly when each split factor divides evenly; a product over an
 unevenly split symbolic size (``2 · s`` with ``s`` odd and split) cannot be decided at plan time.
 A size that tracing specialized to a number is taken as concrete (the apply then sees an int); if
@@ -85,7 +95,8 @@ KINDS = ("match", "global", "even")
 
 @dataclass(frozen=True, slots=True)
 class SizeCoupling:
-    """Output dim ``out_dim`` of ``consumer`` gets its size from ``expr``.
+    """Output dim ``out_dim`` of ``consumer`` gets its size from ``expr`` (``out_dim`` None: a
+    size argument of an op the apply does not localize, which constrains only the leaves).
 
     ``kind``: ``"match"`` (a monomial over ``leaves`` without offset: shard ``out_dim`` on exactly
     the mesh dims that shard the leaves, Z1), ``"global"`` (another symbolic form: both sides
@@ -93,13 +104,15 @@ class SizeCoupling:
     """
 
     consumer: torch.fx.Node
-    out_dim: int
+    out_dim: int | None
     kind: str
     expr: str
     leaves: tuple[Leaf, ...] = ()
     size: int | None = None
 
     def describe(self) -> str:
+        if self.out_dim is None:
+            return f"{self.consumer.name} size argument {self.expr}"
         return f"{self.consumer.name} dim {self.out_dim} = {self.expr}"
 
 
@@ -194,7 +207,10 @@ def find_size_couplings(
             position = 0
         elif dynamic and node.target in views:
             position = 1
+        elif node.target in views:  # static views: DTensor localizes their sizes
+            continue
         else:
+            out.extend(_unlocalized(node, has_strategy))
             continue
         val = node.meta.get("val")
         if len(node.args) <= position or not isinstance(node.args[position], (list, tuple)):
@@ -212,6 +228,31 @@ def find_size_couplings(
             leaves = tuple((x, d) for x, d in leaves if has_strategy(x))
             kind = "match" if mono is not None and mono.b == 0 and mono.leaves else "global"
             out.append(SizeCoupling(consumer=node, out_dim=out_dim, kind=kind, expr=_text(value), leaves=leaves))
+    return out
+
+
+def _position_ops() -> frozenset[Any]:
+    """Factories whose values are positions (the apply does not localize them)."""
+    aten = torch.ops.aten
+    return frozenset({torch.ops.prims.iota.default, aten.arange.default, aten.arange.start, aten.arange.start_step})
+
+
+def _unlocalized(node: torch.fx.Node, has_strategy: Callable[[torch.fx.Node], bool]) -> list[SizeCoupling]:
+    """(Z2) for the size arguments of ``node``, an op the apply does not localize: every size node
+    among its arguments that reads a planned tensor's dims (see the module docstring)."""
+    produced = torch.utils._pytree.tree_flatten(node.meta.get("val"))[0]
+    if not any(isinstance(v, torch.Tensor) for v in produced):  # size arithmetic itself, not a consumer
+        return []
+    flat = torch.utils._pytree.tree_flatten((node.args, node.kwargs))[0]
+    position_op = node.target in _position_ops()
+    out = []
+    for value in flat:
+        if not isinstance(value, torch.fx.Node) or isinstance(value.meta.get("val"), torch.Tensor):
+            continue
+        leaves = tuple((x, d) for x, d in _leaves(value) if has_strategy(x))
+        if leaves:
+            out.append(SizeCoupling(consumer=node, out_dim=0 if position_op else None, kind="global",
+                                    expr=_text(value), leaves=leaves))
     return out
 
 
@@ -303,7 +344,7 @@ def size_mismatches(
         sides = "; ".join(f"{x.name} {fmt_spec(s)}" for x, _, s in leaf_specs) or "no planned leaf"
         for m in range(len(mesh_shape)):
             n_leaves = sum(_shards(s, m, d) for _, d, s in leaf_specs)
-            n_out = int(_shards(out_spec, m, c.out_dim))
+            n_out = int(c.out_dim is not None and _shards(out_spec, m, c.out_dim))
             if c.kind == "match" and n_leaves != n_out:
                 what = "the output dim, not the size it is read from" if n_out > n_leaves else "the size it is read from, not the output dim"
             elif c.kind == "global" and n_leaves + n_out:
@@ -358,7 +399,8 @@ def build_size_constraints(
             continue
         for m in range(len(mesh_shape)):
             leaf_terms = [v for x, d in c.leaves for v in strategies(x, lambda spec, m=m, d=d: _shards(spec, m, d))]
-            out_terms = strategies(c.consumer, lambda spec, m=m, c=c: _shards(spec, m, c.out_dim))
+            out_terms = (strategies(c.consumer, lambda spec, m=m, c=c: _shards(spec, m, c.out_dim))
+                         if c.out_dim is not None else [])
             sign = -1 if c.kind == "match" else 1
             add(c.kind, pulp.lpSum(leaf_terms) + sign * pulp.lpSum(out_terms), f"{c.describe()} (mesh dim {m})")
     logger.debug("apc sizes: %d couplings, %d constraints", len(couplings), len(out.constraints))

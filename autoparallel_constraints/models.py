@@ -1,11 +1,14 @@
-"""Small models the demo, the lab and the tests run: the seed block of upstream issue #348.
+"""Small models the demo, the lab and the tests run: the seed block of upstream issue #348, and the
+transformers zoo (tiny causal LMs of ten families, :data:`ZOO`).
 
 Built from code only, nothing is downloaded.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -154,5 +157,85 @@ def falcon_tiny(
 
     def input_fn() -> torch.Tensor:
         return torch.randint(0, vocab_size, (batch, seq))
+
+    return model_fn, input_fn
+
+
+# ---------------------------------------------------------------------------------------------
+# The transformers zoo: tiny causal LMs nobody here wrote, built locally (no downloads)
+
+__all__ += ["ZOO", "ZooFamily", "zoo_model"]
+
+_ZOO_DIMS = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 256}
+_ZOO_GQA = {**_ZOO_DIMS, "intermediate_size": 128, "num_key_value_heads": 2, "max_position_embeddings": 64}
+
+
+@dataclass(frozen=True, slots=True)
+class ZooFamily:
+    """One transformers causal-LM family at tiny sizes: ``config`` and ``model`` are class names in
+    ``transformers``, ``kwargs`` the config's arguments (2 layers, hidden 64, 4 heads, vocab 256)."""
+
+    config: str
+    model: str
+    kwargs: Mapping[str, Any]
+    note: str = ""
+
+
+ZOO: dict[str, ZooFamily] = {
+    "bloom": ZooFamily("BloomConfig", "BloomForCausalLM", {"vocab_size": 256, "hidden_size": 64, "n_layer": 2,
+                                                           "n_head": 4}, "alibi"),
+    "gemma": ZooFamily("GemmaConfig", "GemmaForCausalLM", {**_ZOO_GQA, "head_dim": 16}, "GQA, GeGLU"),
+    "gpt2": ZooFamily("GPT2Config", "GPT2LMHeadModel", {"vocab_size": 256, "n_embd": 64, "n_layer": 2, "n_head": 4,
+                                                       "n_positions": 64, "bos_token_id": 0, "eos_token_id": 0},
+                       "Conv1D, learned positions"),
+    "gpt_neox": ZooFamily("GPTNeoXConfig", "GPTNeoXForCausalLM", {**_ZOO_DIMS, "intermediate_size": 128,
+                                                                  "max_position_embeddings": 64}, "fused qkv, partial rotary"),
+    "llama": ZooFamily("LlamaConfig", "LlamaForCausalLM", _ZOO_GQA, "GQA, SwiGLU"),
+    "mistral": ZooFamily("MistralConfig", "MistralForCausalLM", _ZOO_GQA, "GQA, SwiGLU"),
+    "mixtral": ZooFamily("MixtralConfig", "MixtralForCausalLM", {**_ZOO_GQA, "num_local_experts": 4,
+                                                                 "num_experts_per_tok": 2}, "mixture of experts"),
+    "opt": ZooFamily("OPTConfig", "OPTForCausalLM", {**_ZOO_DIMS, "ffn_dim": 128, "max_position_embeddings": 64,
+                                                     "word_embed_proj_dim": 64}, "learned positions, ReLU"),
+    "phi": ZooFamily("PhiConfig", "PhiForCausalLM", {**_ZOO_DIMS, "intermediate_size": 128,
+                                                     "max_position_embeddings": 64}, "parallel attn/MLP, partial rotary"),
+    "qwen2": ZooFamily("Qwen2Config", "Qwen2ForCausalLM", _ZOO_GQA, "GQA, qkv bias"),
+}
+
+
+class CausalLMLogits(nn.Module):
+    """A transformers causal LM returning its logits as a plain tensor (it returns an output object)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        out = self.model(ids)
+        return getattr(out, "logits", out)
+
+
+def zoo_model(family: str, *, seq: int = 16, batch: int = 4) -> ModelBuilder:
+    """``(model_fn, input_fn)`` for one :data:`ZOO` family: ``model_fn()`` builds the causal LM
+    (eager attention, ``use_cache=False``, every dropout 0 so the reference is deterministic) wrapped
+    in :class:`CausalLMLogits`; ``input_fn()`` a ``[batch, seq]`` tensor of token ids. Unknown names
+    raise ``KeyError`` listing the families."""
+    import transformers
+
+    if family not in ZOO:
+        raise KeyError(f"unknown zoo family {family!r}; the zoo has: {', '.join(sorted(ZOO))}")
+    spec = ZOO[family]
+    config = getattr(transformers, spec.config)(**spec.kwargs, use_cache=False)
+    for key, value in config.to_dict().items():
+        if "drop" in key and isinstance(value, float):
+            setattr(config, key, 0.0)
+    config._attn_implementation = "eager"
+    model_cls = getattr(transformers, spec.model)
+    vocab = int(spec.kwargs["vocab_size"])
+
+    def model_fn() -> nn.Module:
+        return CausalLMLogits(model_cls(config))
+
+    def input_fn() -> torch.Tensor:
+        return torch.randint(0, vocab, (batch, seq))
 
     return model_fn, input_fn

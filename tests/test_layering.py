@@ -109,7 +109,7 @@ def test_the_cycle_finder_sees_a_deferred_circle():
     assert find_cycles(graph) == [["a", "b", "c"]]
 
 
-COMMANDS = ["demo", "compare", "coverage", "crosscheck", "groundtruth", "distributed-seed", "mutate"]
+COMMANDS = ["demo", "compare", "coverage", "crosscheck", "groundtruth", "distributed-seed", "mutate", "zoo"]
 
 
 def test_the_module_lists_every_command():

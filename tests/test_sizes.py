@@ -238,3 +238,63 @@ def test_uneven_concrete_size_flagged_then_split_evenly():
     assert added[0].constraints.get("size.even", 0) >= 1
     assert audit is not None and audit.ok, audit
     assert report.ok, report
+
+
+def test_finder_keeps_unlocalized_sizes_global():
+    """A size passed to an op the apply does not localize (iota's length, what torch.arange(n)
+    traces to; slice's end) reaches it evaluated on local tensors, even when tracing specialized
+    it to a number (GPT-2's batch size): (Z2) keeps its leaves unsharded, and iota's output too."""
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    x.meta["val"] = torch.empty(4, 6)
+    s0 = g.call_function(torch.ops.aten.sym_size.int, (x, 0))
+    s0.meta["val"] = 4  # specialized, as in transformers' sdpa_mask under AutoParallel(dynamic=True)
+    length = g.call_function(operator.floordiv, (g.call_function(operator.sub, (s0, 0)), 1))
+    iota = g.call_function(torch.ops.prims.iota.default, (length,), {"start": 0, "step": 1})
+    s1 = g.call_function(torch.ops.aten.sym_size.int, (x, 1))
+    sliced = g.call_function(torch.ops.aten.slice.Tensor, (x, 1, 0, s1))
+    iota.meta["val"], sliced.meta["val"] = torch.empty(4), torch.empty(4, 6)
+    def plan(n):
+        return n.op == "placeholder" or isinstance(n.meta.get("val"), torch.Tensor)
+
+    got = [(c.consumer.name, c.out_dim, c.kind, c.leaves) for c in find_size_couplings(g, plan, (2,), dynamic=True)]
+    assert got == [(iota.name, 0, "global", ((x, 0),)), (sliced.name, None, "global", ((x, 1),))]
+    coupling = find_size_couplings(g, plan, (2,), dynamic=True)[1]
+    assert size_mismatches([coupling], {x: _spec(Shard(1)), sliced: _spec(Replicate())}.get, (2,))
+    assert not size_mismatches([coupling], {x: _spec(Shard(0)), sliced: _spec(Shard(0))}.get, (2,))
+
+
+class Positions(torch.nn.Module):
+    """``x + arange(batch)``: transformers' mask builders do this (``sdpa_mask``'s batch arange)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x + torch.arange(x.shape[0], dtype=x.dtype)[:, None]) * self.w
+
+
+def _positions(configure=None):
+    audits: list = []
+    report = run_numerics(
+        Positions, lambda: torch.randn(4, 16), (2,), configure=configure,
+        after_apply=lambda autop: audits.append(apc.audit(autop)),
+    )
+    return report, (audits[0] if audits else None)
+
+
+def test_arange_of_a_sharded_size_baseline_then_plugin():
+    """The upstream cause of GPT-2's dynamic apply failure in a few lines: the input pinned
+    (S(0),) on (2,), the arange's length read from it. autoparallel alone hands iota the local
+    batch, a length-2 arange planned Replicate: silently wrong numbers (measured: output norm ratio
+    0.589), which the audit names; the plugin keeps the size global (size.global_*): clean, exact."""
+    base, base_audit = _positions()
+    assert base.error is None and not base.ok, base
+    assert base_audit is not None and base_audit.by_kind("size_mismatch"), base_audit
+    assert "iota dim 0 = " in str(base_audit) and "a size that must stay global" in str(base_audit)
+    added: list = []
+    report, audit = _positions(lambda autop: added.append(autop.add_op_constraints()))
+    assert any("iota" in c and "size argument" not in c for c in added[0].size_couplings), added[0].size_couplings
+    assert audit is not None and audit.ok, audit
+    assert report.ok, report
