@@ -207,3 +207,15 @@ def test_real_model_graphs_have_no_unknowns(name):
     assert report.ok, report
     (verification,) = seen
     assert verification.ok and verification.n_unknown == 0, verification
+
+
+@pytest.mark.full
+def test_forced_348_baseline_is_flagged_and_the_default_call_clean():
+    """The forced #348 case on 2x4 (producers pinned RS(0)/RS(1), the illegal strategy offered):
+    autoparallel alone gets a graph the verifier rejects; with the default call it is clean."""
+    from autoparallel_constraints.testing.conformance import run_scenario
+
+    base = run_scenario("forced", None)
+    assert base.audit is not None and base.audit.verification.violations, base.audit
+    run = run_scenario("forced", "explicit")
+    assert run.error is None and run.audit.ok and run.audit.verification.ok, run.audit
