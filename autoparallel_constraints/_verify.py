@@ -542,6 +542,9 @@ class _Verifier:
         if start is None or not start.free_symbols & set(self.sym_coords):
             return None
         end = _as_expr(args[3] if len(args) > 3 else None)
+        if isinstance(x, _Fill):  # this rank's chunk of a constant is the same constant
+            val = node.meta["val"]
+            return _Fill(_concrete(val.shape), x.value, val.dtype)
         spec = self._dist(x, "rank slice")
         ndim = len(spec.tensor_meta.shape)
         dim = dim % ndim
@@ -674,9 +677,13 @@ class _Verifier:
             if isinstance(a, _Unknown):
                 return a
         if any(isinstance(a, (_Stacked, _Chunks, _Restacked)) for a in flat):
+            if _is_view_like(node) or node.target in (aten.permute.default, aten.unsqueeze.default):
+                # DTensor may reassemble gathered shards with views and permutes instead of
+                # chunk+cat: not interpreted (yet), so unknown and the outputs unproven
+                raise _Unknowable(f"{_op_name(node)} reassembles gathered shards or chunks in a way not interpreted")
             raise _Violation(
                 "illegal_collective",
-                f"{_op_name(node)} consumes a half-done redistribution (gathered shards or chunks not put back together)",
+                f"{_op_name(node)} computes on a half-done redistribution (gathered shards or chunks not put back together)",
             )
         fills = [a for a in flat if isinstance(a, _Fill)]
         dists = [a for a in flat if _is_spec(a)]
@@ -877,7 +884,9 @@ class _Verifier:
             if _is_spec(resolved):
                 return resolved
             raise _Unknowable(f"{what} of {resolved.reason}")
-        raise _Violation("illegal_collective", f"{what} of {type(x).__name__}")
+        if isinstance(x, (_Stacked, _Chunks, _Restacked)):
+            raise _Violation("illegal_collective", f"{what} of a half-done redistribution ({type(x).__name__})")
+        raise _Unknowable(f"{what} of {type(x).__name__} is not interpreted")
 
     def _with(self, spec: Any, changes: dict[int, Placement], *, append_to: int | None = None,
               order: Sequence[int] | None = None) -> Any:
