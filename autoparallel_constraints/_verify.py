@@ -447,14 +447,7 @@ class _Verifier:
         if name == "all_reduce":
             op, dims = args[1], self._group(args[2])
             spec = self._dist(x, name)
-            for d in dims:
-                p = spec.placements[d]
-                if not (isinstance(p, Partial) and p.reduce_op == op):
-                    raise _Violation(
-                        "illegal_collective",
-                        f"all_reduce({op}) on mesh dim {d} of a tensor that is {fmt_placements([p])} there",
-                        inferred=fmt_spec(spec), expected=f"P({op}) on mesh dim {d}",
-                    )
+            _require(spec, dims, lambda p: isinstance(p, Partial) and p.reduce_op == op, f"P({op})", f"all_reduce({op})")
             return self._with(spec, {d: Replicate() for d in dims})
         if name == "all_gather_into_tensor":
             dims = self._group(args[2])
@@ -462,13 +455,7 @@ class _Verifier:
             spec = self._dist(x, name)
             if spec is None:
                 raise _Violation("illegal_collective", "all_gather of a tensor without placement")
-            for d in dims:
-                p = spec.placements[d]
-                if not isinstance(p, (Shard, _StridedShard)):
-                    raise _Violation(
-                        "illegal_collective", f"all_gather on mesh dim {d} of a tensor that is {fmt_placements([p])} there",
-                        inferred=fmt_spec(spec), expected=f"S(*) on mesh dim {d}",
-                    )
+            _require(spec, dims, lambda p: isinstance(p, (Shard, _StridedShard)), "S(*)", "all_gather")
             tdims = {spec.placements[d].dim for d in dims}  # type: ignore[union-attr]
             if len(tdims) != 1:
                 raise _Violation("illegal_collective", f"all_gather over mesh dims {dims} sharding different tensor dims")
@@ -490,14 +477,7 @@ class _Verifier:
                     raise _Violation("illegal_collective", f"reduce_scatter of {x.count} chunks over a group of {dims}")
             else:
                 spec, tdim = self._dist(x, name), 0
-            for d in dims:
-                p = spec.placements[d]
-                if not (isinstance(p, Partial) and p.reduce_op == op):
-                    raise _Violation(
-                        "illegal_collective",
-                        f"reduce_scatter({op}) on mesh dim {d} of a tensor that is {fmt_placements([p])} there",
-                        inferred=fmt_spec(spec), expected=f"P({op}) on mesh dim {d}",
-                    )
+            _require(spec, dims, lambda p: isinstance(p, Partial) and p.reduce_op == op, f"P({op})", f"reduce_scatter({op})")
             return self._with(spec, {d: Shard(tdim) for d in dims}, append_to=tdim)
         if name in ("all_to_all_single",):
             return _Unknown("all_to_all_single without the DTensor pattern")
@@ -505,14 +485,8 @@ class _Verifier:
             gather_dim, shard_dim, group = args[1], args[2], args[3]
             dims = self._group(group)
             spec = self._dist(x, name)
-            for d in dims:
-                p = spec.placements[d]
-                if not (isinstance(p, Shard) and p.dim == gather_dim):
-                    raise _Violation(
-                        "illegal_collective",
-                        f"all_to_all gathering dim {gather_dim} on mesh dim {d} of a tensor that is {fmt_placements([p])} there",
-                        inferred=fmt_spec(spec), expected=f"S({gather_dim}) on mesh dim {d}",
-                    )
+            _require(spec, dims, lambda p: isinstance(p, Shard) and p.dim == gather_dim, f"S({gather_dim})",
+                     f"all_to_all gathering dim {gather_dim}")
             return self._with(spec, {d: Shard(shard_dim) for d in dims}, append_to=shard_dim)
         if name in ("broadcast", "all_gather_into_tensor_coalesced", "reduce_scatter_tensor_coalesced", "all_reduce_coalesced"):
             return _Unknown(f"{name} is not interpreted")
@@ -1015,6 +989,18 @@ class _Const:
 
 # ---------------------------------------------------------------------------------------------
 # Small functions
+
+
+def _require(spec: Any, dims: Sequence[int], holds: Any, want: str, what: str) -> None:
+    """A collective's precondition on each mesh dim of its group, e.g. Partial(sum) for all_reduce."""
+    for d in dims:
+        p = spec.placements[d]
+        if not holds(p):
+            raise _Violation(
+                "illegal_collective",
+                f"{what} on mesh dim {d} of a tensor that is {fmt_placements([p])} there",
+                inferred=fmt_spec(spec), expected=f"{want} on mesh dim {d}",
+            )
 
 
 def _prod(xs: Any) -> int:
