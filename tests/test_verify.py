@@ -85,6 +85,7 @@ def test_honest_plugin_node_is_clean_and_exact():
     assert audit.verification.n_unknown == 0, audit.verification
 
 
+@pytest.mark.full
 def test_sabotaged_plugin_nodes_are_flagged():
     """The audit once took the plugin's word for its own nodes; the verifier reads the graph. With
     materialize="all" every planned redistribution is a plugin node; given the target with its mesh
