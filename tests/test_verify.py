@@ -19,17 +19,15 @@ from typing import Any
 
 import pytest
 import torch
-from torch.distributed.tensor.placement_types import Replicate, Shard
+from torch.distributed.tensor.placement_types import Shard
 
 import autoparallel_constraints as apc
 from autoparallel_constraints import _apply
 from autoparallel_constraints._lab import run_seed
 from autoparallel_constraints.models import SeedBlock, SeedConfig, falcon_tiny, llama3_small
 from autoparallel_constraints.testing import cpu_mesh, run_numerics
-from autoparallel_constraints.testing.conformance import SWAPPED, SWAPPED_CONFIG
-from autoparallel_constraints.testing._inject import find_nodes, offer_strategy
+from autoparallel_constraints.testing.conformance import swapped_case
 
-INDEX_PUT = torch.ops.aten.index_put.default
 DIVERGING = SeedConfig(num_heads=16, head_dim=64, batch=8, seq=64)  # PR #517 on 2x2 with io (S0, S1)
 
 
@@ -46,34 +44,18 @@ def _mesh_dims_swapped(local: torch.Tensor, source: Any, target: Any) -> torch.T
 
 
 def _swapped_case(verify: str, sabotage: Any = None, materialize: str = "table") -> tuple[Any, list[Any]]:
-    """The swapped index_put case on 2x2 (self (S0,S1), values (S1,S0), illegal strategy offered and
-    both producers pinned), formulation explicit, with an optional sabotaged redistribute."""
-    self_p, values_p = SWAPPED
-    seen: list[Any] = []
-
-    def configure(autop: Any) -> None:
-        (node,) = find_nodes(autop, INDEX_PUT)
-        opt = autop.sharding_optimizer
-        opt.add_node_constraint(node.args[0], self_p, constraint_name="pin_self")
-        opt.add_node_constraint(node.args[2], values_p, constraint_name="pin_values")
-        autop.add_op_constraints(formulation="explicit", materialize=materialize, verify=verify)
-
-    with offer_strategy(INDEX_PUT, input_placements=[self_p, (Replicate(), Replicate()), values_p], output_placements=self_p):
-        original = _apply.apc_redistribute
-        if sabotage is not None:
-            _apply.apc_redistribute = sabotage
-        try:
-            report = run_numerics(
-                lambda: SeedBlock(SWAPPED_CONFIG),
-                lambda: torch.randn(SWAPPED_CONFIG.batch, SWAPPED_CONFIG.seq, SWAPPED_CONFIG.hidden),
-                (2, 2),
-                configure=configure,
-                parameter_memory_constraint=False,
-                after_apply=lambda autop: seen.append(apc.audit(autop)),
-            )
-        finally:
-            _apply.apc_redistribute = original
-    return report, seen
+    """The conformance kit's swapped index_put case, formulation explicit, with an optional
+    sabotaged redistribute. Returns the numbers and the audits taken (none when apply failed)."""
+    original = _apply.apc_redistribute
+    if sabotage is not None:
+        _apply.apc_redistribute = sabotage
+    try:
+        report, audit = swapped_case(
+            lambda autop: autop.add_op_constraints(formulation="explicit", materialize=materialize, verify=verify)
+        )
+    finally:
+        _apply.apc_redistribute = original
+    return report, [audit] if audit is not None else []
 
 
 def test_honest_plugin_node_is_clean_and_exact():

@@ -163,6 +163,14 @@ def run_scenario(scenario: str, spec: Spec | None, *, lower: bool = False) -> Ru
 
 def swapped_numerics(spec: Spec | None) -> tuple[NumericsReport, AuditReport | None]:
     """The swapped index_put case on 2x2 under LocalTensorMode against one device."""
+    plugin = None if spec is None else (lambda autop: autop.add_op_constraints(formulation=make(spec)))
+    return swapped_case(plugin)
+
+
+def swapped_case(plugin: Callable[[Any], None] | None) -> tuple[NumericsReport, AuditReport | None]:
+    """The swapped index_put case (self ``(S0,S1)``, values ``(S1,S0)``, the illegal strategy offered,
+    both producers pinned) on 2x2 under LocalTensorMode; ``plugin(autop)`` adds the plugin's call.
+    Returns the numbers and the audit (None when the apply failed)."""
     init_fake_process_group()
     self_p, values_p = SWAPPED
     audits: list[AuditReport] = []
@@ -172,8 +180,8 @@ def swapped_numerics(spec: Spec | None) -> tuple[NumericsReport, AuditReport | N
         opt = autop.sharding_optimizer
         opt.add_node_constraint(node.args[0], self_p, constraint_name="pin_self")
         opt.add_node_constraint(node.args[2], values_p, constraint_name="pin_values")
-        if spec is not None:
-            autop.add_op_constraints(formulation=make(spec))
+        if plugin is not None:
+            plugin(autop)
 
     with device_name(), offer_strategy(INDEX_PUT, input_placements=[self_p, RR, values_p], output_placements=self_p):
         report = run_numerics(
