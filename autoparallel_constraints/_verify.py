@@ -788,7 +788,7 @@ class _Verifier:
                 inferred=inferred, expected=expected,
             )
         self._check_table(node, schema, out.output_spec)
-        result = out.output_spec
+        result = _carry_shard_order(schema.args_spec, out.output_spec)
         val = node.meta.get("val")
         if isinstance(result, (list, tuple)):
             vals = val if isinstance(val, (list, tuple)) else [None] * len(result)
@@ -1150,6 +1150,56 @@ def _updated_order(spec: Any, changes: dict[int, Placement], append_to: int | No
         new = list(order) if order is not None else sorted(m for m, p in changes.items() if _sharded_dim(p) == append_to)
         entries.setdefault(append_to, []).extend(m for m in new if m not in entries[append_to])
     return tuple(ShardOrderEntry(tensor_dim=d, mesh_dims=tuple(ms)) for d, ms in sorted(entries.items()) if ms)
+
+
+def _orders(spec: Any) -> dict[frozenset[int], tuple[int, ...]]:
+    """Mesh dims -> the order they shard one tensor dim in, for dims sharded by several mesh dims."""
+    out = {}
+    for tdim in {_sharded_dim(p) for p in spec.placements} - {None}:
+        order = tuple(_shard_order(spec, tdim))
+        if len(order) > 1:
+            out[frozenset(order)] = order
+    return out
+
+
+def _carry_shard_order(inputs: Sequence[Any], result: Any) -> Any:
+    """``result`` with the shard order its inputs hold.
+
+    DTensor's propagation matches placements and drops the order in which several mesh dims shard
+    one tensor dim: a local op keeps its input's block layout, so an output dim sharded by the
+    same mesh dims takes the inputs' order. Inputs sharded by the same mesh dims in different
+    orders hold blocks that do not correspond: a hidden redistribution.
+    """
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec, ShardOrderEntry
+
+    held: dict[frozenset[int], tuple[int, ...]] = {}
+    for spec in inputs:
+        for dims, order in _orders(spec).items():
+            if held.setdefault(dims, order) != order:
+                raise _Violation(
+                    "hidden_redistribution",
+                    f"inputs sharded by mesh dims {sorted(dims)} in different orders {list(held[dims])} and {list(order)}",
+                )
+    if not held:
+        return result
+
+    def carry(spec: Any) -> Any:
+        if not _is_spec(spec) or any(isinstance(p, _StridedShard) for p in spec.placements):
+            return spec
+        entries = []
+        changed = False
+        for tdim in sorted({_sharded_dim(p) for p in spec.placements} - {None}):
+            order = tuple(_shard_order(spec, tdim))
+            want = held.get(frozenset(order), order)
+            changed |= want != order
+            entries.append(ShardOrderEntry(tensor_dim=tdim, mesh_dims=want))
+        if not changed:
+            return spec
+        return DTensorSpec(spec.mesh, spec.placements, tensor_meta=spec.tensor_meta, shard_order=tuple(entries))
+
+    if isinstance(result, (list, tuple)):
+        return type(result)(carry(r) for r in result)
+    return carry(result)
 
 
 def _global_shim(node: torch.fx.Node, value_of: Any, output_spec: Any) -> torch.fx.Node | None:

@@ -10,7 +10,8 @@
   default call is clean and exact;
 * ``verify="raise"`` (the default) raises ``VerificationError`` naming the node, ``"warn"`` warns,
   ``"off"`` skips; anything else is an ``InvalidOptionError``; ``apc.audit``'s ``ok`` rests on the
-  verifier too.
+  verifier too;
+* a tensor dim sharded by both mesh dims in reversed order keeps that order through local ops.
 """
 
 from __future__ import annotations
@@ -202,3 +203,29 @@ def test_forced_348_baseline_is_flagged_and_the_default_call_clean():
     assert base.audit is not None and base.audit.verification.violations, base.audit
     run = run_scenario("forced", "explicit")
     assert run.error is None and run.audit.ok and run.audit.verification.ok, run.audit
+
+
+def _ordered(mesh: Any, shape: tuple[int, ...], order: tuple[int, ...]) -> Any:
+    """A spec of a ``shape`` tensor whose dim 0 is sharded by both mesh dims, in ``order``."""
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec, ShardOrderEntry, TensorMeta
+
+    meta = TensorMeta(torch.Size(shape), torch.empty(shape).stride(), torch.float32)
+    return DTensorSpec(mesh, (Shard(0), Shard(0)), tensor_meta=meta,
+                       shard_order=(ShardOrderEntry(tensor_dim=0, mesh_dims=order),))
+
+
+@pytest.mark.parametrize(("out_order", "ok"), [((1, 0), True), ((0, 1), False)], ids=["kept", "lost"])
+def test_shard_order_survives_local_ops(out_order, ok):
+    """A tensor dim sharded by both mesh dims in reversed order keeps that order through local ops
+    (a clone, a sum over another dim; DTensor's propagation drops it, and llama3 2x2 norm-weight
+    gradients whose plugin node had its mesh dims swapped were called clean)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from autoparallel_constraints._verify import verify_graph
+
+    mesh = cpu_mesh((2, 2))
+    gm = make_fx(lambda x: x.clone().sum(1), tracing_mode="fake")(torch.empty(2, 4))
+    report = verify_graph(gm, mesh, [_ordered(mesh, (8, 4), (1, 0))], [("out", _ordered(mesh, (8,), out_order))])
+    assert report.n_unknown == 0 and report.n_proven == 2
+    assert report.ok is ok
+    assert [v.kind for v in report.violations] == ([] if ok else ["output_mismatch"])
