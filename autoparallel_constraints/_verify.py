@@ -202,6 +202,22 @@ class _Restacked:
 
 
 @dataclass(frozen=True, slots=True)
+class _Merged:
+    """A view's output whose dim ``dim`` flattens input dims sharded by different mesh dims (an
+    einsum's bmm operand: ``[48, 8(S), 8(S)] -> [48, 64]``). Each rank holds the product of its
+    blocks, which no DTensor placement names. ``layout`` is the flattened dims, outer first, as
+    (global size, mesh dims sharding it in order); ``spec`` stands in for it with ``dim`` plainly
+    sharded by the same mesh dims: the same count per rank, a different index set. Contracting two
+    operands of the same ``layout`` along ``dim`` sums the same products on every rank as the
+    stand-in does (a permutation of the contracted index, applied to both), so there, and only
+    there, the stand-in is exact."""
+
+    spec: Any
+    dim: int
+    layout: tuple[tuple[int, tuple[int, ...]], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class _Mesh:
     dims: tuple[tuple[int, ...], ...]  # per dim of this (sub/flattened) mesh: the root mesh dims it spans
 
@@ -650,6 +666,8 @@ class _Verifier:
         for a in flat:
             if isinstance(a, _Unknown):
                 return a
+        if any(isinstance(a, _Merged) for a in flat):
+            return self._contract_merged(node, args, kwargs)
         if any(isinstance(a, (_Stacked, _Chunks, _Restacked)) for a in flat):
             if _is_view_like(node) or node.target in (aten.permute.default, aten.unsqueeze.default):
                 # DTensor may reassemble gathered shards with views and permutes instead of
@@ -751,6 +769,9 @@ class _Verifier:
             found.append((score, result))
         if found:
             return min(found, key=lambda f: f[0])[1]
+        merged = self._merged_flatten(spec, out_local)
+        if merged is not None:
+            return merged
         # No global view fits: either the graph is wrong, or it reshapes a layout DTensor's view rule
         # cannot name (e.g. flattening two dims sharded on two mesh dims, as an einsum's bmm does).
         # Not proven either way: unknown, and an output depending on it is unproven (never clean).
@@ -759,6 +780,68 @@ class _Verifier:
             f"no global view of {fmt_spec(spec)} {list(in_global)} has local shape {list(out_local)} "
             f"without a redistribution (DTensor would need {why})"
         )
+
+    def _merged_flatten(self, spec: Any, out_local: Sequence[int]) -> _Merged | None:
+        """A view flattening dims sharded by different mesh dims into one (see :class:`_Merged`);
+        None when the view is anything else."""
+        from torch.distributed.tensor._ops._view_ops import Flatten, InputDim, Singleton, view_groups
+
+        in_global = tuple(spec.tensor_meta.shape)
+        rule = view_groups(self._local_shape(spec), tuple(out_local))
+        mesh_dims_of = {d: tuple(_shard_order(spec, d)) for d in {_sharded_dim(p) for p in spec.placements} - {None}}
+        if any(isinstance(p, _StridedShard) for p in spec.placements):
+            return None
+        global_out: list[int] = []
+        placements: list[Placement] = [p if _sharded_dim(p) is None else Replicate() for p in spec.placements]
+        merged: tuple[int, tuple[tuple[int, tuple[int, ...]], ...]] | None = None
+        for o, dim_spec in enumerate(rule):
+            if isinstance(dim_spec, Singleton):
+                global_out.append(1)
+            elif isinstance(dim_spec, InputDim):
+                global_out.append(in_global[dim_spec.input_dim])
+                for m in mesh_dims_of.get(dim_spec.input_dim, ()):
+                    placements[m] = Shard(o)
+            elif isinstance(dim_spec, Flatten) and all(isinstance(d, InputDim) for d in dim_spec.input_dims):
+                dims = [d.input_dim for d in dim_spec.input_dims]
+                sharded = [d for d in dims if d in mesh_dims_of]
+                if len(sharded) < 2 or merged is not None:
+                    return None  # one sharded dim is DTensor's own flatten (or _strided_flatten's)
+                merged = (o, tuple((in_global[d], mesh_dims_of.get(d, ())) for d in dims))
+                global_out.append(_prod(in_global[d] for d in dims))
+                for d in sharded:
+                    for m in mesh_dims_of[d]:
+                        placements[m] = Shard(o)
+            else:
+                return None
+        if merged is None or _prod(global_out) != _prod(in_global):
+            return None
+        from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+
+        shape = torch.Size(global_out)
+        stand_in = DTensorSpec(spec.mesh, tuple(placements),
+                               tensor_meta=TensorMeta(shape, _contiguous_stride(shape), spec.tensor_meta.dtype))
+        if self._local_shape(stand_in) != tuple(out_local):
+            return None
+        return _Merged(stand_in, merged[0], merged[1])
+
+    def _contract_merged(self, node: torch.fx.Node, args: Any, kwargs: Any) -> Any:
+        """A matmul contracting two operands of one merged layout (see :class:`_Merged`)."""
+        contracted = _CONTRACTED_DIMS.get(node.target)
+        operands = list(args[:2]) if contracted is not None else []
+        if contracted is None or not any(isinstance(a, _Merged) and a.dim == d for a, d in zip(operands, contracted)):
+            raise _Unknowable(f"{_op_name(node)} of a flatten of dims sharded by different mesh dims")
+        a, b = operands
+        if not (isinstance(a, _Merged) and isinstance(b, _Merged) and (a.dim, b.dim) == contracted):
+            raise _Violation(
+                "hidden_redistribution",
+                f"{_op_name(node)} contracts a flatten of dims sharded by different mesh dims against another layout",
+            )
+        if a.layout != b.layout:
+            raise _Violation(
+                "hidden_redistribution",
+                f"{_op_name(node)} contracts two flattens whose blocks differ: {list(a.layout)} and {list(b.layout)}",
+            )
+        return self._propagate(node, (a.spec, b.spec, *args[2:]), kwargs)
 
     def _propagate(self, node: torch.fx.Node, args: Any, kwargs: Any) -> Any:
         from torch.distributed.tensor._op_schema import OpSchema
@@ -1150,6 +1233,10 @@ def _updated_order(spec: Any, changes: dict[int, Placement], append_to: int | No
         new = list(order) if order is not None else sorted(m for m, p in changes.items() if _sharded_dim(p) == append_to)
         entries.setdefault(append_to, []).extend(m for m in new if m not in entries[append_to])
     return tuple(ShardOrderEntry(tensor_dim=d, mesh_dims=tuple(ms)) for d, ms in sorted(entries.items()) if ms)
+
+
+# matmuls -> the dim each operand is contracted along
+_CONTRACTED_DIMS = {aten.bmm.default: (2, 1), aten.mm.default: (1, 0)}
 
 
 def _orders(spec: Any) -> dict[frozenset[int], tuple[int, ...]]:

@@ -229,3 +229,37 @@ def test_shard_order_survives_local_ops(out_order, ok):
     assert report.n_unknown == 0 and report.n_proven == 2
     assert report.ok is ok
     assert [v.kind for v in report.violations] == ([] if ok else ["output_mismatch"])
+
+
+def _spec(mesh: Any, shape: tuple[int, ...], placements: tuple[Any, ...]) -> Any:
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+
+    return DTensorSpec(mesh, placements, tensor_meta=TensorMeta(torch.Size(shape), torch.empty(shape).stride(), torch.float32))
+
+
+@pytest.mark.parametrize(("b_placements", "verdict"), [((Shard(0), Shard(1)), "clean"), ((Shard(1), Shard(0)), "hidden_redistribution")],
+                         ids=["same-blocks", "other-blocks"])
+def test_flatten_of_two_sharded_dims_into_a_contraction(b_placements, verdict):
+    """An einsum's bmm flattens two dims sharded by different mesh dims and drops a size-1 dim
+    (``[48, 8(S), 8(S), 1] -> [1, 48, 64]``, as in seed_swapped 2x2, once unproven): DTensor's view
+    rule refuses it, yet contracting two operands of the same blocks is exact and Partial on both
+    mesh dims; operands whose blocks differ are a violation."""
+    from torch.distributed.tensor.placement_types import Partial
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from autoparallel_constraints._verify import verify_graph
+
+    mesh = cpu_mesh((2, 2))
+    gm = make_fx(lambda a, b: torch.bmm(a.reshape(1, 48, 16), b.reshape(1, 16, 16)), tracing_mode="fake")(
+        torch.empty(48, 4, 4, 1), torch.empty(4, 4, 16, 1)
+    )
+    for node in gm.graph.nodes:  # reshape, as the parallel graph holds it: DTensor names this view, not this reshape
+        if node.target is torch.ops.aten.view.default:
+            node.target = torch.ops.aten.reshape.default
+    report = verify_graph(
+        gm, mesh, [_spec(mesh, (48, 8, 8, 1), (Shard(1), Shard(2))), _spec(mesh, (8, 8, 16, 1), b_placements)],
+        [("out", _spec(mesh, (1, 48, 16), (Partial(), Partial())))],
+    )
+    assert [v.kind for v in report.violations] == ([] if verdict == "clean" else [verdict])
+    assert report.ok is (verdict == "clean")
+    assert report.n_unknown == (0 if verdict == "clean" else 1)  # the bmm itself, after its violation
