@@ -202,6 +202,20 @@ class _Restacked:
 
 
 @dataclass(frozen=True, slots=True)
+class _Readings:
+    """Several global readings of one local tensor, none ruled out yet: a view whose sharded dim
+    ends up local size 1 (``[4, 16, 64](S(2)) -> [4, 16, 1, 16]`` is a head dim sharded down to
+    one head per rank, ``[4, 16, 4, 16](S(2))``, or the feature dim still sharded,
+    ``[4, 16, 1, 64](S(3))``). The same bytes on every rank; later ops keep the readings they
+    accept, and only when none is accepted is there a violation."""
+
+    values: tuple[Any, ...]
+
+
+_MAX_READINGS = 16  # combinations of readings tried per node
+
+
+@dataclass(frozen=True, slots=True)
 class _Merged:
     """A view's output whose dim ``dim`` flattens input dims sharded by different mesh dims (an
     einsum's bmm operand: ``[48, 8(S), 8(S)] -> [48, 64]``). Each rank holds the product of its
@@ -311,7 +325,7 @@ class _Verifier:
                 self._check_outputs(node)
                 continue
             try:
-                value = self._interpret(node)
+                value = self._interpret_readings(node)
             except _Violation as v:
                 self.violations.append(
                     GraphViolation(kind=v.kind, node=node.name, op=_op_name(node), reason=v.reason,
@@ -327,6 +341,44 @@ class _Verifier:
                 self._count(node, value)
             elif isinstance(value, _Unknown) and not value.reason.startswith("depends on unknown"):
                 self.unknown_reasons[node.name] = value.reason  # a non-tensor root cause (mesh, group, coordinate)
+
+    def _interpret_readings(self, node: torch.fx.Node) -> Any:
+        """:meth:`_interpret`, once per combination of its inputs' readings (see :class:`_Readings`):
+        the readings it accepts, or the first refusal when it accepts none."""
+        ambiguous = [a for a in node.all_input_nodes if isinstance(self.values.get(a), _Readings)]
+        if not ambiguous:
+            return self._interpret(node)
+        held = {a: self.values[a] for a in ambiguous}
+        accepted: list[Any] = []
+        refusal: Exception | None = None
+        try:
+            combos = itertools.product(*(held[a].values for a in ambiguous))
+            for combo in itertools.islice(combos, _MAX_READINGS):
+                self.values.update(zip(ambiguous, combo))
+                try:
+                    value = self._interpret(node)
+                except _Violation as exc:
+                    refusal = refusal or exc
+                    continue
+                except Exception as exc:  # noqa: BLE001 - a reading the op cannot take (shapes that do not fit)
+                    refusal = refusal if isinstance(refusal, _Violation) else (refusal or exc)
+                    continue
+                leaves = value if isinstance(value, (tuple, list)) else (value,)
+                if any(isinstance(v, _Unknown) for v in leaves):
+                    refusal = refusal or _Unknowable(next(v.reason for v in leaves if isinstance(v, _Unknown)))
+                elif value not in accepted:
+                    accepted.append(value)
+        finally:
+            self.values.update(held)
+        if not accepted:
+            raise refusal if refusal is not None else _Unknowable("no reading of the inputs interpreted")
+        if len(accepted) == 1:
+            return accepted[0]
+        if all(isinstance(v, (tuple, list)) for v in accepted):
+            # a multi-output op: the readings per output (its getitems pick one each)
+            per_output = [tuple(dict.fromkeys(vs)) for vs in zip(*accepted)]
+            return [vs[0] if len(vs) == 1 else _Readings(vs) for vs in per_output]
+        return _Readings(tuple(accepted))
 
     def _count(self, node: torch.fx.Node, value: Any) -> None:
         op = _op_name(node)
@@ -728,8 +780,8 @@ class _Verifier:
         first_error: _Violation | None = None
         # Several global shapes can fit one local view: a shard can land on a local size-1 dim
         # ([1, 64, 192] as [4, 16, 4, 48] sharded on the 4), or on either dim of an unflatten. They
-        # describe the same data; the plain one (no strided shard, no size-1 shard) is the one the
-        # graph's later ops and local shapes agree with, so it is preferred.
+        # describe the same bytes; which one the program meant shows only in later ops, so all are
+        # kept (_Readings, plainest first: no strided shard, no size-1 shard).
         found: list[tuple[tuple[int, int], Any]] = []
         for assignment in itertools.product(range(len(out_local)), repeat=len(sharded)):
             if expand:
@@ -764,11 +816,10 @@ class _Verifier:
                 sum(isinstance(p, _StridedShard) for p in result.placements),
                 sum(out_local[d] == 1 for d in assignment),
             )
-            if score == (0, 0):
-                return result
             found.append((score, result))
         if found:
-            return min(found, key=lambda f: f[0])[1]
+            readings = tuple(dict.fromkeys(r for _, r in sorted(found, key=lambda f: f[0])))
+            return readings[0] if len(readings) == 1 else _Readings(readings)
         merged = self._merged_flatten(spec, out_local)
         if merged is not None:
             return merged
@@ -1015,6 +1066,9 @@ class _Verifier:
         for arg, value, (name, expected) in zip(flat, values, outs):
             if expected is None or value is None:
                 continue
+            if isinstance(value, _Readings):
+                value = next((v for v in value.values if _is_spec(v) and _same_layout(v, expected)
+                              and tuple(v.tensor_meta.shape) == tuple(expected.tensor_meta.shape)), value.values[0])
             self.outputs_checked += 1
             if isinstance(value, _Gathered):
                 value = value.spec

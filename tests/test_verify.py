@@ -263,3 +263,26 @@ def test_flatten_of_two_sharded_dims_into_a_contraction(b_placements, verdict):
     assert [v.kind for v in report.violations] == ([] if verdict == "clean" else [verdict])
     assert report.ok is (verdict == "clean")
     assert report.n_unknown == (0 if verdict == "clean" else 1)  # the bmm itself, after its violation
+
+
+@pytest.mark.parametrize(("out_placements", "ok"), [((Shard(1), Shard(1)), True), ((Shard(2), Shard(2)), False)],
+                         ids=["heads", "wrong-dim"])
+def test_a_view_keeps_every_reading_until_an_op_decides(out_placements, ok):
+    """Splitting a feature dim sharded by both mesh dims into 4 heads leaves one head per rank:
+    ``[4, 16, 64](S(2), S(2)) -> [4, 16, 1, 16]`` locally reads as heads sharded
+    (``[4, 16, 4, 16]``) or as the features still sharded (``[4, 16, 1, 64]``). The verifier
+    kept only the second, and flagged Phi's exact graphs on 2x2; both are kept until a later op
+    (here the output contract) decides."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from autoparallel_constraints._verify import verify_graph
+
+    mesh = cpu_mesh((2, 2))
+    gm = make_fx(lambda x: x.reshape(4, 16, 1, 16).permute(0, 2, 1, 3), tracing_mode="fake")(torch.empty(4, 16, 16))
+    for node in gm.graph.nodes:
+        if node.target is torch.ops.aten.view.default:
+            node.target = torch.ops.aten.reshape.default
+    report = verify_graph(gm, mesh, [_spec(mesh, (4, 16, 64), (Shard(2), Shard(2)))],
+                          [("out", _spec(mesh, (4, 4, 16, 16), out_placements))])
+    assert report.ok is ok and report.n_unknown == 0
+    assert [v.kind for v in report.violations] == ([] if ok else ["output_mismatch"])
