@@ -342,17 +342,31 @@ class _Verifier:
             elif isinstance(value, _Unknown) and not value.reason.startswith("depends on unknown"):
                 self.unknown_reasons[node.name] = value.reason  # a non-tensor root cause (mesh, group, coordinate)
 
+    def _readings(self, value: Any) -> tuple[Any, ...]:
+        """The readings of an input that has several (none for an input that has one): a
+        :class:`_Readings`, or a constant chunk of a static graph that more than one mesh dim can
+        explain as this rank's shard (rank 0's coordinates on a square mesh are all 0): the chunk
+        itself, for a cat or a reduce_scatter to reassemble, or the shard of each such mesh dim."""
+        if isinstance(value, _Readings):
+            return value.values
+        if isinstance(value, _Chunks) and value.piece is not None:
+            dims = self._slice_dims(value)
+            if len(dims) > 1:
+                return (value, *(self._with(value.spec, {d: Shard(value.dim)}, append_to=value.dim) for d in dims))
+        return ()
+
     def _interpret_readings(self, node: torch.fx.Node) -> Any:
         """:meth:`_interpret`, once per combination of its inputs' readings (see :class:`_Readings`):
         the readings it accepts, or the first refusal when it accepts none."""
-        ambiguous = [a for a in node.all_input_nodes if isinstance(self.values.get(a), _Readings)]
+        readings = {a: self._readings(self.values.get(a)) for a in node.all_input_nodes}
+        ambiguous = [a for a, r in readings.items() if r]
         if not ambiguous:
             return self._interpret(node)
         held = {a: self.values[a] for a in ambiguous}
         accepted: list[Any] = []
         refusal: Exception | None = None
         try:
-            combos = itertools.product(*(held[a].values for a in ambiguous))
+            combos = itertools.product(*(readings[a] for a in ambiguous))
             for combo in itertools.islice(combos, _MAX_READINGS):
                 self.values.update(zip(ambiguous, combo))
                 try:
@@ -366,8 +380,10 @@ class _Verifier:
                 leaves = value if isinstance(value, (tuple, list)) else (value,)
                 if any(isinstance(v, _Unknown) for v in leaves):
                     refusal = refusal or _Unknowable(next(v.reason for v in leaves if isinstance(v, _Unknown)))
-                elif value not in accepted:
-                    accepted.append(value)
+                else:
+                    for v in value.values if isinstance(value, _Readings) else (value,):
+                        if v not in accepted:
+                            accepted.append(v)
         finally:
             self.values.update(held)
         if not accepted:
@@ -376,7 +392,8 @@ class _Verifier:
             return accepted[0]
         if all(isinstance(v, (tuple, list)) for v in accepted):
             # a multi-output op: the readings per output (its getitems pick one each)
-            per_output = [tuple(dict.fromkeys(vs)) for vs in zip(*accepted)]
+            per_output = [tuple(dict.fromkeys(w for v in vs for w in (v.values if isinstance(v, _Readings) else (v,))))
+                          for vs in zip(*accepted)]
             return [vs[0] if len(vs) == 1 else _Readings(vs) for vs in per_output]
         return _Readings(tuple(accepted))
 
@@ -695,13 +712,17 @@ class _Verifier:
             fill = float(fill) if isinstance(fill, (int, float)) else None
         return _Fill(_concrete(val.shape), fill, val.dtype)
 
+    def _slice_dims(self, piece: _Chunks) -> list[int]:
+        """Mesh dims that explain a constant chunk as the tracing rank's shard."""
+        return [m for m in range(len(self.sizes))
+                if self.sizes[m] == piece.count and self.coordinate[m] == piece.piece
+                and isinstance(piece.spec.placements[m], Replicate)]
+
     def _chunk_as_rank_slice(self, piece: _Chunks) -> Any:
         """A constant chunk index consumed as a tensor: the tracing rank's shard, if exactly one mesh
         dim (its size = the chunk count, its coordinate on this rank = the index) can explain it."""
         spec = piece.spec
-        dims = [m for m in range(len(self.sizes))
-                if self.sizes[m] == piece.count and self.coordinate[m] == piece.piece
-                and isinstance(spec.placements[m], Replicate)]
+        dims = self._slice_dims(piece)
         if len(dims) != 1:
             why = "no mesh dim" if not dims else f"mesh dims {dims} alike on the tracing rank"
             return _Unknown(
@@ -1066,9 +1087,12 @@ class _Verifier:
         for arg, value, (name, expected) in zip(flat, values, outs):
             if expected is None or value is None:
                 continue
-            if isinstance(value, _Readings):
-                value = next((v for v in value.values if _is_spec(v) and _same_layout(v, expected)
-                              and tuple(v.tensor_meta.shape) == tuple(expected.tensor_meta.shape)), value.values[0])
+            readings = self._readings(value)
+            if readings:  # the reading the contract names, if any; else the first, to report
+                specs = [v for v in readings if _is_spec(v)]
+                fits = [v for v in specs if _same_layout(v, expected)
+                        and tuple(v.tensor_meta.shape) == tuple(expected.tensor_meta.shape)]
+                value = (fits or specs or list(readings))[0]
             self.outputs_checked += 1
             if isinstance(value, _Gathered):
                 value = value.spec
