@@ -665,6 +665,10 @@ class _Verifier:
             # what DTensor emits: one chunk taken (this rank's), or all chunks restacked along 0
             # for a reduce_scatter / all-to-all. A model's own split is anything else.
             return [_Chunks(spec, dim, count, piece=i) for i in range(count)]
+        if dim == 0 and _reassembly_split(node):
+            # DTensor's reassembly of gathered shards (chunk along 0, cat along the gathered dim)
+            # applied to a tensor that no all_gather stacked: the shards it moves are not there
+            raise _Unknowable("a gather's reassembly (split along 0, cat along another dim) of a tensor that was not gathered")
         return self._compute(node, args, {})
 
     def _cat(self, node: torch.fx.Node, args: Any) -> Any:
@@ -1421,6 +1425,22 @@ def _redistribution_split(node: torch.fx.Node) -> bool:
         return False
     (cat,) = cats
     return cat.target is aten.cat.default and (cat.args[1] if len(cat.args) > 1 else 0) == 0
+
+
+def _reassembly_split(node: torch.fx.Node) -> bool:
+    """Every piece of ``node`` used once, in order, by one ``cat`` along a dim other than 0."""
+    getitems = [u for u in node.users if u.op == "call_function" and u.target is operator.getitem]
+    if len(getitems) != len(node.users) or not getitems:
+        return False
+    cats = {u for g in getitems for u in g.users}
+    if len(cats) != 1 or any(len(g.users) != 1 for g in getitems):
+        return False
+    (cat,) = cats
+    pieces = cat.args[0] if cat.args else ()
+    dim = cat.args[1] if len(cat.args) > 1 else 0
+    return (cat.target is aten.cat.default and dim != 0
+            and [p.args[1] if isinstance(p, torch.fx.Node) and p in getitems else None for p in pieces]
+            == list(range(len(getitems))))
 
 
 def _strided_flatten(spec: Any, global_out: Sequence[int]) -> Any:
