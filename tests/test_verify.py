@@ -315,3 +315,20 @@ def test_static_graph_on_a_square_mesh_is_proven():
         autop.apply_placement(autop.optimize_placement())
         report = apc.verify(autop)
     assert report.ok and report.n_unknown == 0, report
+
+
+def test_a_reassembly_of_a_tensor_no_gather_stacked_is_not_proven():
+    """DTensor's reassembly of gathered shards (split along 0, every piece into one cat along
+    another dim) applied to a replicated tensor that no all_gather stacked: every op is a valid
+    DTensor op, yet the data are permuted (a seed_swapped collective_dim mutant, wrong numbers,
+    was called clean). Not proven: the output is unproven, never clean."""
+    from torch.distributed.tensor.placement_types import Replicate as R
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from autoparallel_constraints._verify import verify_graph
+
+    mesh = cpu_mesh((2, 2))
+    gm = make_fx(lambda x: torch.cat(torch.split(x, 2, 0), 1), tracing_mode="fake")(torch.empty(4, 4))
+    report = verify_graph(gm, mesh, [_spec(mesh, (4, 4), (R(), R()))], [("out", _spec(mesh, (2, 8), (R(), R())))])
+    assert not report.violations and not report.ok
+    assert report.unproven_outputs and "not gathered" in report.unproven_outputs[0]
