@@ -1412,35 +1412,42 @@ def _with_shard0(spec: Any, dims: tuple[int, ...]) -> Any:
     return DTensorSpec(spec.mesh, tuple(placements), tensor_meta=spec.tensor_meta)
 
 
+def _split_consumers(node: torch.fx.Node) -> tuple[list[torch.fx.Node], torch.fx.Node | None] | None:
+    """The getitems of a split and the one op they all feed (None when not one); None when
+    anything but a getitem uses the split."""
+    getitems = [u for u in node.users if u.op == "call_function" and u.target is operator.getitem]
+    if len(getitems) != len(node.users):
+        return None
+    users = {u for g in getitems for u in g.users}
+    return getitems, (next(iter(users)) if len(users) == 1 else None)
+
+
+def _cat_dim(cat: torch.fx.Node | None) -> int | None:
+    if cat is None or cat.target is not aten.cat.default:
+        return None
+    return cat.args[1] if len(cat.args) > 1 else 0
+
+
 def _redistribution_split(node: torch.fx.Node) -> bool:
     """A split DTensor's redistribute emits: exactly one piece used (this rank's chunk), or every
     piece used once by one ``cat`` along dim 0 (restacking for a reduce_scatter / all-to-all)."""
-    getitems = [u for u in node.users if u.op == "call_function" and u.target is operator.getitem]
-    if len(getitems) != len(node.users):
+    found = _split_consumers(node)
+    if found is None:
         return False
-    if len({g.args[1] for g in getitems}) == 1:
-        return True
-    cats = {u for g in getitems for u in g.users}
-    if len(cats) != 1:
-        return False
-    (cat,) = cats
-    return cat.target is aten.cat.default and (cat.args[1] if len(cat.args) > 1 else 0) == 0
+    getitems, cat = found
+    return len({g.args[1] for g in getitems}) == 1 or _cat_dim(cat) == 0
 
 
 def _reassembly_split(node: torch.fx.Node) -> bool:
     """Every piece of ``node`` used once, in order, by one ``cat`` along a dim other than 0."""
-    getitems = [u for u in node.users if u.op == "call_function" and u.target is operator.getitem]
-    if len(getitems) != len(node.users) or not getitems:
+    found = _split_consumers(node)
+    if found is None or not found[0]:
         return False
-    cats = {u for g in getitems for u in g.users}
-    if len(cats) != 1 or any(len(g.users) != 1 for g in getitems):
+    getitems, cat = found
+    if _cat_dim(cat) in (None, 0) or any(len(g.users) != 1 for g in getitems):
         return False
-    (cat,) = cats
-    pieces = cat.args[0] if cat.args else ()
-    dim = cat.args[1] if len(cat.args) > 1 else 0
-    return (cat.target is aten.cat.default and dim != 0
-            and [p.args[1] if isinstance(p, torch.fx.Node) and p in getitems else None for p in pieces]
-            == list(range(len(getitems))))
+    order = [p.args[1] if isinstance(p, torch.fx.Node) and p in getitems else None for p in cat.args[0]]
+    return order == list(range(len(getitems)))
 
 
 def _strided_flatten(spec: Any, global_out: Sequence[int]) -> Any:

@@ -214,11 +214,9 @@ def test_forced_348_baseline_is_flagged_and_the_default_call_clean():
 
 def _ordered(mesh: Any, shape: tuple[int, ...], order: tuple[int, ...]) -> Any:
     """A spec of a ``shape`` tensor whose dim 0 is sharded by both mesh dims, in ``order``."""
-    from torch.distributed.tensor._dtensor_spec import DTensorSpec, ShardOrderEntry, TensorMeta
+    from torch.distributed.tensor._dtensor_spec import ShardOrderEntry
 
-    meta = TensorMeta(torch.Size(shape), torch.empty(shape).stride(), torch.float32)
-    return DTensorSpec(mesh, (Shard(0), Shard(0)), tensor_meta=meta,
-                       shard_order=(ShardOrderEntry(tensor_dim=0, mesh_dims=order),))
+    return _spec(mesh, shape, (Shard(0), Shard(0)), shard_order=(ShardOrderEntry(tensor_dim=0, mesh_dims=order),))
 
 
 @pytest.mark.parametrize(("out_order", "ok"), [((1, 0), True), ((0, 1), False)], ids=["kept", "lost"])
@@ -238,10 +236,11 @@ def test_shard_order_survives_local_ops(out_order, ok):
     assert [v.kind for v in report.violations] == ([] if ok else ["output_mismatch"])
 
 
-def _spec(mesh: Any, shape: tuple[int, ...], placements: tuple[Any, ...]) -> Any:
+def _spec(mesh: Any, shape: tuple[int, ...], placements: tuple[Any, ...], shard_order: Any = None) -> Any:
     from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 
-    return DTensorSpec(mesh, placements, tensor_meta=TensorMeta(torch.Size(shape), torch.empty(shape).stride(), torch.float32))
+    meta = TensorMeta(torch.Size(shape), torch.empty(shape).stride(), torch.float32)
+    return DTensorSpec(mesh, placements, tensor_meta=meta, shard_order=shard_order)
 
 
 @pytest.mark.parametrize(("b_placements", "verdict"), [((Shard(0), Shard(1)), "clean"), ((Shard(1), Shard(0)), "hidden_redistribution")],
