@@ -286,8 +286,8 @@ class _Verifier:
     ) -> None:
         self.gm = gm
         self.mesh = mesh
-        self.inputs = list(inputs)
-        self.outputs = list(outputs)
+        self.inputs = [_as_shard_order(s) for s in inputs]
+        self.outputs = [(name, _as_shard_order(s)) for name, s in outputs]
         self.table = table
         self.values: dict[torch.fx.Node, Any] = {}
         self.violations: list[GraphViolation] = []
@@ -653,8 +653,10 @@ class _Verifier:
             return [_Fill(_concrete(t.shape), x.value, t.dtype) for t in val]
         if isinstance(x, _Gathered):
             x_dims, x = x.dims, x.spec
-            if count == _prod(self.sizes[d] for d in x_dims) and (args[2] if len(args) > 2 else 0) == 0:
+            if (count == _prod(self.sizes[d] for d in x_dims) and (args[2] if len(args) > 2 else 0) == 0
+                    and not _one_piece_used(node)):
                 # the chunks of a dim-0 gather are the ranks' shards: only a cat along 0 undoes them
+                # (one chunk taken is a rank slice of the replicated result, read below)
                 return [_Stacked(_with_shard0(x, x_dims), x_dims, piece=i) for i in range(count)]
         spec = self._dist(x, "split")
         dim = (args[2] if len(args) > 2 else 0) % len(spec.tensor_meta.shape)
@@ -800,13 +802,40 @@ class _Verifier:
         spec = self._dist(x, _op_name(node))
         out_local = _concrete(node.meta["val"].shape)
         in_global = tuple(spec.tensor_meta.shape)
-        sharded = [d for d, p in enumerate(spec.placements) if _sharded_dim(p) is not None]
         expand = node.target is aten.expand.default
-        first_error: _Violation | None = None
+        first_error: list[_Violation] = []
         # Several global shapes can fit one local view: a shard can land on a local size-1 dim
         # ([1, 64, 192] as [4, 16, 4, 48] sharded on the 4), or on either dim of an unflatten. They
         # describe the same bytes; which one the program meant shows only in later ops, so all are
-        # kept (_Readings, plainest first: no strided shard, no size-1 shard).
+        # kept (_Readings, plainest first: no strided shard, no size-1 shard, no moved dim).
+        found: list[tuple[tuple[int, int, int], Any]] = []
+        inputs = [(0, spec)] if expand else [(0, spec), *((1, s) for s in _size1_moves(spec, self._local_shape(spec)))]
+        for moved, source in inputs:
+            new_args = (source, *args[1:])
+            found += [((*score, moved), r) for score, r in self._view_candidates(node, new_args, kwargs, out_local, first_error)]
+        if found:
+            readings = tuple(dict.fromkeys(r for _, r in sorted(found, key=lambda f: f[0])))
+            return readings[0] if len(readings) == 1 else _Readings(readings)
+        merged = self._merged_flatten(spec, out_local)
+        if merged is not None:
+            return merged
+        # No global view fits: either the graph is wrong, or it reshapes a layout DTensor's view rule
+        # cannot name (e.g. flattening two dims sharded on two mesh dims, as an einsum's bmm does).
+        # Not proven either way: unknown, and an output depending on it is unproven (never clean).
+        why = first_error[0].expected if first_error else "no candidate"
+        raise _Unknowable(
+            f"no global view of {fmt_spec(spec)} {list(in_global)} has local shape {list(out_local)} "
+            f"without a redistribution (DTensor would need {why})"
+        )
+
+    def _view_candidates(self, node: torch.fx.Node, args: Any, kwargs: Any, out_local: tuple[int, ...],
+                         errors: list[_Violation]) -> list[tuple[tuple[int, int], Any]]:
+        """The global views of ``args[0]`` (a spec) with local shape ``out_local``, each with its
+        plainness score (strided shards, shards on a local size-1 dim)."""
+        spec = args[0]
+        in_global = tuple(spec.tensor_meta.shape)
+        sharded = [d for d, p in enumerate(spec.placements) if _sharded_dim(p) is not None]
+        expand = node.target is aten.expand.default
         found: list[tuple[tuple[int, int], Any]] = []
         for assignment in itertools.product(range(len(out_local)), repeat=len(sharded)):
             if expand:
@@ -824,7 +853,8 @@ class _Verifier:
             try:
                 result = self._propagate(node, tuple(new_args), kwargs)
             except _Violation as v:
-                first_error = first_error or v
+                if not errors:
+                    errors.append(v)
             except Exception:  # noqa: BLE001, S112 - an impossible candidate shape
                 continue
             if result is None and not expand:
@@ -842,20 +872,7 @@ class _Verifier:
                 sum(out_local[d] == 1 for d in assignment),
             )
             found.append((score, result))
-        if found:
-            readings = tuple(dict.fromkeys(r for _, r in sorted(found, key=lambda f: f[0])))
-            return readings[0] if len(readings) == 1 else _Readings(readings)
-        merged = self._merged_flatten(spec, out_local)
-        if merged is not None:
-            return merged
-        # No global view fits: either the graph is wrong, or it reshapes a layout DTensor's view rule
-        # cannot name (e.g. flattening two dims sharded on two mesh dims, as an einsum's bmm does).
-        # Not proven either way: unknown, and an output depending on it is unproven (never clean).
-        why = first_error.expected if first_error is not None else "no candidate"
-        raise _Unknowable(
-            f"no global view of {fmt_spec(spec)} {list(in_global)} has local shape {list(out_local)} "
-            f"without a redistribution (DTensor would need {why})"
-        )
+        return found
 
     def _merged_flatten(self, spec: Any, out_local: Sequence[int]) -> _Merged | None:
         """A view flattening dims sharded by different mesh dims into one (see :class:`_Merged`);
@@ -1434,8 +1451,13 @@ def _redistribution_split(node: torch.fx.Node) -> bool:
     found = _split_consumers(node)
     if found is None:
         return False
-    getitems, cat = found
-    return len({g.args[1] for g in getitems}) == 1 or _cat_dim(cat) == 0
+    return _one_piece_used(node) or _cat_dim(found[1]) == 0
+
+
+def _one_piece_used(node: torch.fx.Node) -> bool:
+    """Only one piece of the split ``node`` is used (this rank's chunk, taken by index)."""
+    found = _split_consumers(node)
+    return found is not None and len({g.args[1] for g in found[0]}) == 1
 
 
 def _reassembly_split(node: torch.fx.Node) -> bool:
@@ -1448,6 +1470,56 @@ def _reassembly_split(node: torch.fx.Node) -> bool:
         return False
     order = [p.args[1] if isinstance(p, torch.fx.Node) and p in getitems else None for p in cat.args[0]]
     return order == list(range(len(getitems)))
+
+
+def _as_shard_order(spec: Any) -> Any:
+    """``spec`` with a shard order it encodes as ``_StridedShard`` (how the plan states a tensor
+    dim sharded by several mesh dims in reversed order: ``(_S(0, 8), S(0))`` on 8x8 is dim 0
+    split by mesh dim 1 first) stated as plain shards and a shard order: the same blocks on every
+    rank, in the form the collectives' checks read. Anything else is returned as it is."""
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec
+
+    if spec is None or not any(isinstance(p, _StridedShard) for p in spec.placements):
+        return spec
+    try:
+        placements, order = DTensorSpec._normalize_placements_into_shard_order(tuple(spec.placements), spec.mesh)
+        return DTensorSpec(spec.mesh, placements, tensor_meta=spec.tensor_meta, shard_order=order,
+                           use_strided_shard_as_shard_order=False)
+    except Exception:  # noqa: BLE001 - a strided shard no shard order explains (a view's): as it is
+        return spec
+
+
+def _size1_moves(spec: Any, local: Sequence[int]) -> list[Any]:
+    """Other global readings of ``spec``'s local bytes for a view: a tensor dim sharded down to
+    local size 1 (one sample per rank) moved to another position. A size-1 dim can sit anywhere
+    without changing the row-major order of the local elements, and the graph retraced per rank
+    puts it where it likes: einsum drops a local size-1 batch dim into a bmm's rows
+    (``[16, 64, 4(S), 1] -> [1, 16, 64]`` is ``[4(S), 16, 64] -> [1, 64(S), 64]``). Each move is
+    the global permute of the same tensor, so every reading stays true."""
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec, ShardOrderEntry, TensorMeta
+
+    if any(isinstance(p, _StridedShard) for p in spec.placements):
+        return []
+    shape = list(spec.tensor_meta.shape)
+    movable = sorted({d for d in (_sharded_dim(p) for p in spec.placements) if d is not None and local[d] == 1 < shape[d]})
+    out = []
+    for src in movable:
+        for dst in range(len(shape)):
+            if dst == src:
+                continue
+            perm = list(range(len(shape)))
+            perm.insert(dst, perm.pop(src))  # new dim i holds old dim perm[i]
+            where = {old: new for new, old in enumerate(perm)}
+            new_shape = torch.Size(shape[old] for old in perm)
+            placements = tuple(Shard(where[p.dim]) if isinstance(p, Shard) else p for p in spec.placements)
+            order = tuple(sorted((ShardOrderEntry(tensor_dim=where[e.tensor_dim], mesh_dims=e.mesh_dims)
+                                  for e in getattr(spec, "shard_order", None) or ()), key=lambda e: e.tensor_dim))
+            meta = TensorMeta(new_shape, _contiguous_stride(new_shape), spec.tensor_meta.dtype)
+            try:
+                out.append(DTensorSpec(spec.mesh, placements, tensor_meta=meta, shard_order=order or None))
+            except Exception:  # noqa: BLE001 - an order DTensorSpec rejects: the default one
+                out.append(DTensorSpec(spec.mesh, placements, tensor_meta=meta))
+    return out
 
 
 def _strided_flatten(spec: Any, global_out: Sequence[int]) -> Any:

@@ -180,13 +180,13 @@ def test_verify_option_is_checked():
 @pytest.mark.full
 @pytest.mark.parametrize(
     ("name", "mesh", "batch"),
-    [("llama3_small", (2, 2), 4), ("falcon_tiny", (2, 2), 4), ("llama3_small", (4, 2), 8)],
-    ids=["llama3-2x2", "falcon-2x2", "llama3-4x2-batch8"],
+    [("llama3_small", (2, 2), 4), ("falcon_tiny", (2, 2), 4), ("llama3_small", (4, 2), 4)],
+    ids=["llama3-2x2", "falcon-2x2", "llama3-4x2"],
 )
 def test_real_model_graphs_have_no_unknowns(name, mesh, batch):
     """Graphs with symbolic coordinates (the numerics harness's): clean, every node proven, exact.
-    On 4x2 with batch 8 (two samples per rank; with batch 4, one per rank, the retrace drops the
-    batch dim in a bmm and that graph stays unproven: README, Proof by mutation)."""
+    On 4x2 batch 4 is one sample per rank, which the retrace drops into a bmm's rows (see
+    test_a_batch_of_one_per_rank_moves_into_the_rows)."""
     model_fn, input_fn = {"llama3_small": llama3_small, "falcon_tiny": falcon_tiny}[name](batch=batch)
     seen: list[Any] = []
     pins = [(Shard(0), Replicate())] if mesh == (4, 2) else None  # batch on the 4-way dim only, as `mutate` pins it
@@ -292,6 +292,36 @@ def test_a_view_keeps_every_reading_until_an_op_decides(out_placements, ok):
                           [("out", _spec(mesh, (4, 4, 16, 16), out_placements))])
     assert report.ok is ok and report.n_unknown == 0
     assert [v.kind for v in report.violations] == ([] if ok else ["output_mismatch"])
+
+
+@pytest.mark.parametrize(("w_placements", "ok"), [((Replicate(), Replicate()), True), ((Shard(1), Replicate()), False)],
+                         ids=["rows", "sharded-contraction"])
+def test_a_batch_of_one_per_rank_moves_into_the_rows(w_placements, ok):
+    """Batch 4 on a 4-way mesh dim is one sample per rank; the graph retraced per rank lets einsum
+    drop that local size-1 dim into a bmm's rows (``[16, 64, 4(S), 1] -> [1, 16, 64]``, llama3
+    and Falcon tiny on 4x2, once unproven). Read with the batch dim moved,
+    ``[4(S), 16, 64] -> [1, 64(S), 64]``, the bmm is proven. Against a weight sharded along the
+    contracted dim the only reading that fits sums the samples (Partial), which the contract refuses."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from autoparallel_constraints._verify import verify_graph
+
+    mesh = cpu_mesh((4, 2))
+    gm = make_fx(lambda x, w: torch.bmm(x.reshape(1, 16, 64), w).reshape(16, 128), tracing_mode="fake")(
+        torch.empty(16, 64, 1, 1), torch.empty(1, 64, 128)
+    )
+    for node in gm.graph.nodes:
+        if node.target is torch.ops.aten.view.default:
+            node.target = torch.ops.aten.reshape.default
+    report = verify_graph(
+        gm, mesh, [_spec(mesh, (16, 64, 4, 1), (Shard(2), Replicate())), _spec(mesh, (1, 64 * (4 if not ok else 1), 128), w_placements)],
+        [("out", _spec(mesh, (64, 128), (Shard(0), Replicate())))],
+    )
+    assert report.ok is ok, report
+    if ok:
+        assert report.n_unknown == 0 and report.n_proven == 3
+    else:
+        assert [v.kind for v in report.violations] == ["output_mismatch"], str(report)
 
 
 @pytest.mark.full
