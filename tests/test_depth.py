@@ -97,3 +97,30 @@ def test_node_roots_match_a_full_scan_of_cluster_links(llama3_sites):
     assert scan and _problem.node_roots(opt) == scan
     for root in set(scan.values()):
         assert _problem.twin_count(opt, root) == len({k for k, r in scan.items() if r == root})
+
+
+def test_pin_checks_read_only_the_pins_variables(llama3_sites, monkeypatch):
+    """strict and lazy check the user's pins before every solve. The check reads the pins' own
+    variables (their keys from their names, confirmed against ``pulp_variables``) and never walks
+    every strategy of every site (at 32 layers that walk was most of the plugin's time around a
+    solve); it finds the owners the walk finds, and the conflict."""
+    import pulp
+
+    from autoparallel_constraints.formulations import _pins
+    from autoparallel_constraints.formulations import strategy_indicator
+
+    opt, _, _, memoized, _ = llama3_sites
+    site = next(s for s in memoized if s.is_root and s.bad_indices)
+    bad = site.bad_indices[0]
+    pin = pulp.lpSum(strategy_indicator(opt, site.node_idx, bad)) == 1
+    names = {v.name for v in pin.keys()}
+    walked = {n: owner for n, owner in _pins.site_variables(opt, memoized).items() if n in names}
+    assert walked and _pins._pin_owners(opt, memoized, [pin]) == walked
+
+    opt.prob.addConstraint(pin, "pin_bad")
+    try:
+        monkeypatch.setattr(_pins, "site_variables", lambda *a: pytest.fail("the pin check walked every site"))
+        conflicts = _pins.find_pin_conflicts(opt, memoized, forbidden=lambda s: set(s.bad_indices))
+    finally:
+        del opt.prob.constraints["pin_bad"]
+    assert [(c[0] is site, c[1], c[2]) for c in conflicts] == [(True, "pin_bad", {bad})]

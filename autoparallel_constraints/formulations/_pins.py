@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -46,7 +47,11 @@ def user_pins(opt: ShardingOptimizer) -> Iterator[str]:
 
 
 def site_variables(opt: ShardingOptimizer, sites: Sequence[Site]) -> dict[str, tuple[Site, int]]:
-    """Variable name -> (root site, strategy index) for every variable of the root sites."""
+    """Variable name -> (root site, strategy index) for every variable of the root sites.
+
+    Walks every strategy of every root site: for the infeasibility diagnosis, not a per-solve
+    hook (:func:`find_pin_conflicts` looks up only the pins' variables).
+    """
     var_owner: dict[str, tuple[Site, int]] = {}
     for site in sites:
         if not site.is_root:
@@ -61,21 +66,52 @@ def site_variables(opt: ShardingOptimizer, sites: Sequence[Site]) -> dict[str, t
     return var_owner
 
 
+# autoparallel names each decision variable after its key (optimize_sharding._create_pulp_variables)
+_KEY_IN_NAME = re.compile(r".*,s=(\d+),arg=(\d+),output_p=(\d+),input_p=(\d+)")
+
+
+def _pin_owners(
+    opt: ShardingOptimizer, sites: Sequence[Site], pins: Sequence[pulp.LpConstraint]
+) -> dict[str, tuple[Site, int]]:
+    """(root site, strategy index) of each variable of ``pins`` that belongs to a root site.
+
+    A variable's key is read from its name and accepted only when ``opt.pulp_variables`` holds
+    this very variable under it, so the cost grows with the pins, not with the sites' strategies
+    (at 32 layers walking them was most of the plugin's time around a solve). A name that does
+    not parse that way falls back to the walk.
+    """
+    by_idx = {site.node_idx: site for site in sites if site.is_root}
+    owners: dict[str, tuple[Site, int]] = {}
+    for constraint in pins:
+        for var in constraint.keys():
+            match = _KEY_IN_NAME.fullmatch(var.name)
+            key = tuple(int(g) for g in match.groups()) if match else None
+            if key is None or opt.pulp_variables.get(key) is not var:
+                return site_variables(opt, sites)
+            site = by_idx.get(key[0])
+            if site is not None:
+                owners[var.name] = (site, key[2])
+    return owners
+
+
 def find_pin_conflicts(
     opt: ShardingOptimizer, sites: Sequence[Site], forbidden: Callable[[Site], set[int]]
 ) -> list[tuple[Site, str, set[int]]]:
     """(site, pin name, strategies the pin allows) for pins that allow only forbidden strategies.
 
-    A pin is a constraint ``Σ x[t,a,o,j] = 1`` over one site's variables; the strategies it allows
-    are the ``o`` that appear in it.
+    A pin is a user's constraint ``Σ x[t,a,o,j] = 1`` over one site's variables; the strategies it
+    allows are the ``o`` that appear in it.
     """
-    var_owner = site_variables(opt, sites)
-    if not var_owner:
+    pins = {
+        name: constraint
+        for name, constraint in opt.prob.constraints.items()
+        if not _is_default(name) and constraint.sense == pulp.LpConstraintEQ and constraint.constant == -1
+    }
+    if not pins or not any(site.is_root for site in sites):
         return []
+    var_owner = _pin_owners(opt, sites, list(pins.values()))
     conflicts = []
-    for name, constraint in opt.prob.constraints.items():
-        if _is_default(name) or constraint.sense != pulp.LpConstraintEQ or constraint.constant != -1:
-            continue
+    for name, constraint in pins.items():
         owners = {var_owner.get(v.name) for v in constraint}
         if None in owners or not owners:
             continue
