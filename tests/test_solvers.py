@@ -223,3 +223,54 @@ def test_highs_lp_gives_cbcs_objective_on_the_seed_block_and_llama3(make_mesh):
         assert run.objective == pytest.approx(base.objective, rel=1e-9), form
     for values, outcome in seen:
         assert values <= {0.0, 1.0} and outcome.solver == "highs-lp" and outcome.relaxation is not None
+
+
+def _mixed_problem(seed: int) -> pulp.LpProblem:
+    """A small feasible MILP with everything the bulk conversion handles: binaries and continuous
+    columns (free, one-sided, boxed), LE/GE/EQ rows, singleton rows of either sign that fix or
+    bound a column, a zero-coefficient singleton, columns only the objective or only a singleton
+    names, an objective constant, minimize or maximize. Rows hold at a random integral point, so it
+    is feasible; only boxed columns carry cost, so it is bounded."""
+    rng = random.Random(seed)
+    prob = pulp.LpProblem(f"mixed_{seed}", pulp.LpMaximize if seed % 3 == 0 else pulp.LpMinimize)
+    xs = [pulp.LpVariable(f"x{i}", cat=pulp.LpBinary) for i in range(12)]
+    ys = [pulp.LpVariable(f"y{i}", lowBound=None if i % 2 else -3, upBound=5 if i % 3 else None) for i in range(4)]
+    point = {v.name: rng.randint(0, 1) for v in xs} | {v.name: rng.randint(-2, 4) for v in ys}
+    only_objective = pulp.LpVariable("z", lowBound=0, upBound=2)
+    only_singleton = pulp.LpVariable("w", lowBound=-1, upBound=4)
+    boxed = [y for y in ys if y.lowBound is not None and y.upBound is not None]
+    prob += pulp.lpSum(rng.uniform(-3, 3) * v for v in [*xs, *boxed, only_objective]) + 2.5
+    for k in range(8):
+        terms = [(rng.choice([-2, -1, 1, 3]), v) for v in rng.sample([*xs, *ys], rng.randint(2, 6))]
+        expr = pulp.lpSum(a * v for a, v in terms)
+        at = sum(a * point[v.name] for a, v in terms)
+        prob += [expr <= at + rng.randint(0, 2), expr >= at - rng.randint(0, 2), expr == at][k % 3]
+    zeros = [v for v in xs if point[v.name] == 0]
+    for v in zeros[:3]:
+        prob += v == 0
+    prob += 2 * zeros[-1] <= 1
+    prob += -1 * ys[0] <= 2
+    prob += 0 * xs[0] <= 1
+    prob += only_singleton >= 1
+    return prob
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_highs_bulk_conversion_solves_what_cbc_solves(seed):
+    """HiGHS receives ``prob`` as arrays built in bulk (singleton rows as bounds, fixed columns left
+    out, columns numbered by first appearance): on mixed problems it reaches CBC's status and
+    objective, and its values satisfy every PuLP constraint and bound."""
+    prob = _mixed_problem(seed)
+    reference = prob.deepcopy()
+    reference.solve(pulp.PULP_CBC_CMD(msg=False))
+    _solvers.solve_with_highs(prob)
+    assert prob.status == reference.status == pulp.LpStatusOptimal
+    assert pulp.value(prob.objective) == pytest.approx(pulp.value(reference.objective), abs=1e-6)
+    for name, constraint in prob.constraints.items():
+        value = constraint.value()
+        assert value is not None, name
+        assert {pulp.LpConstraintEQ: abs(value) <= 1e-6, pulp.LpConstraintLE: value <= 1e-6,
+                pulp.LpConstraintGE: value >= -1e-6}[constraint.sense], (name, value)
+    for var in prob.variables():
+        assert var.varValue is not None and (var.lowBound is None or var.varValue >= var.lowBound - 1e-6)
+        assert var.upBound is None or var.varValue <= var.upBound + 1e-6, var.name
