@@ -292,12 +292,19 @@ def _install_optimizer_hooks(opt: ShardingOptimizer, state: PluginState) -> None
 
     autoparallel (re)sets the objective in ``get_solution`` (``_set_objective``), replacing any
     term added to ``prob`` beforehand, so the terms are appended right after it sets its own.
+    autoparallel rebuilds its memory rows at the end of the problem before each solve; the
+    plugin's rows are then moved behind them (:func:`_rows_last`).
     ``_solve`` (used by ``get_solution`` and ``resolve``) becomes: check pins; solve with the
     chosen solver (``_solvers``); let the formulation add rows and re-solve while it asks to
     (``lazy``); explain an infeasible problem (``_explain``); build and emit the report.
     """
     set_objective = opt._set_objective
     solve = opt._solve
+    apply_memory = opt._apply_memory_constraint
+
+    def _apply_memory_constraint(self: Any) -> None:
+        apply_memory()
+        _rows_last(self.prob, state.additions.constraints)
 
     def _set_objective(self: Any) -> None:
         set_objective()
@@ -360,6 +367,18 @@ def _install_optimizer_hooks(opt: ShardingOptimizer, state: PluginState) -> None
 
     opt._set_objective = types.MethodType(_set_objective, opt)
     opt._solve = types.MethodType(_solve, opt)
+    opt._apply_memory_constraint = types.MethodType(_apply_memory_constraint, opt)
+
+
+def _rows_last(prob: pulp.LpProblem, names: Iterable[str]) -> None:
+    """Move the plugin's rows behind every row autoparallel has (its memory rows are rebuilt at
+    the end of the problem on each solve), so the problem autoparallel alone would solve is an
+    exact prefix of ours. CBC's search depends on row order: on llama3 32 layers 8x8, strict's
+    one row placed before the memory rows made CBC's solve 3x longer, placed after them 1.1x
+    (README, "At real depth")."""
+    moved = [(name, prob.constraints.pop(name)) for name in names if name in prob.constraints]
+    for name, constraint in moved:
+        prob.constraints[name] = constraint
 
 
 def _refuse_replay(self: Any, formulation: str, rows: list[str], materialize: str) -> None:
