@@ -290,6 +290,7 @@ class _Verifier:
         self.outputs = [(name, _as_shard_order(s)) for name, s in outputs]
         self.table = table
         self.values: dict[torch.fx.Node, Any] = {}
+        self._local_shapes: dict[tuple[Any, ...], tuple[int, ...]] = {}
         self.violations: list[GraphViolation] = []
         self.proven: Counter[str] = Counter()
         self.unknown: Counter[str] = Counter()
@@ -1069,10 +1070,21 @@ class _Verifier:
         return DTensorSpec(self.mesh, tuple(Replicate() for _ in self.sizes), tensor_meta=meta)
 
     def _local_shape(self, spec: Any) -> tuple[int, ...]:
-        from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+        """This rank's shape of ``spec``: arithmetic when every sharded dim splits evenly, else
+        DTensor's own computation, once per (shape, placements). DTensor computes a strided
+        shard's size by chunking an arange of the whole dim per rank: on llama3 8x8 that was
+        nine tenths of the verifier's time."""
+        key = (tuple(spec.tensor_meta.shape), tuple(spec.placements))
+        shape = self._local_shapes.get(key)
+        if shape is None:
+            shape = _even_local_shape(key[0], key[1], self.sizes)
+            if shape is None:
+                from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
-        shape, _ = compute_local_shape_and_global_offset(spec.tensor_meta.shape, spec.mesh, spec.placements, skip_offset=True)
-        return tuple(int(s) for s in shape)
+                local, _ = compute_local_shape_and_global_offset(key[0], spec.mesh, key[1], skip_offset=True)
+                shape = tuple(int(s) for s in local)
+            self._local_shapes[key] = shape
+        return shape
 
     def _check_local_val(self, node: torch.fx.Node, spec: Any, val: torch.Tensor) -> None:
         if spec.tensor_meta is None:
@@ -1210,6 +1222,27 @@ def _contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
 
 def _is_spec(x: Any) -> bool:
     return type(x).__name__ == "DTensorSpec"
+
+
+def _even_local_shape(shape: Sequence[Any], placements: Sequence[Placement], sizes: Sequence[int]) -> tuple[int, ...] | None:
+    """The local shape of a tensor of global ``shape`` when every sharded dim splits evenly: each
+    dim divided by the sizes of the mesh dims sharding it. Even means divisible by those sizes
+    times every strided shard's split factor, so each step of the split is even whatever its
+    order, and every rank holds the same shape. None when some dim does not split so."""
+    divisor = [1] * len(shape)
+    factor = [1] * len(shape)
+    for m, p in enumerate(placements):
+        d = _sharded_dim(p)
+        if d is None:
+            continue
+        divisor[d] *= sizes[m]
+        factor[d] *= getattr(p, "split_factor", 1)
+    out = []
+    for d, size in enumerate(shape):
+        if not isinstance(size, int) or size % (divisor[d] * factor[d]):
+            return None
+        out.append(size // divisor[d])
+    return tuple(out)
 
 
 def _sharded_dim(p: Placement) -> int | None:

@@ -361,3 +361,31 @@ def test_a_reassembly_of_a_tensor_no_gather_stacked_is_not_proven():
     report = verify_graph(gm, mesh, [_spec(mesh, (4, 4), (R(), R()))], [("out", _spec(mesh, (2, 8), (R(), R())))])
     assert not report.violations and not report.ok
     assert report.unproven_outputs and "not gathered" in report.unproven_outputs[0]
+
+
+def test_even_local_shapes_are_dtensors_on_every_rank():
+    """The verifier's local shapes skip DTensor's per-rank chunking (for a strided shard it chunks
+    an arange of the whole dim: nine tenths of the verifier's time on llama3 8x8) when every
+    sharded dim splits evenly. Wherever it does, the arithmetic equals DTensor's shape on every
+    rank of a 2x4 mesh, for plain, nested and strided shards; uneven sizes are left to DTensor."""
+    import itertools
+
+    from torch.distributed.tensor._utils import _compute_local_shape_and_global_offset
+    from torch.distributed.tensor.placement_types import Partial, _StridedShard
+
+    from autoparallel_constraints._verify import _even_local_shape
+
+    sizes = (2, 4)
+    menu = [Replicate(), Partial(), Shard(0), Shard(1), _StridedShard(0, split_factor=2), _StridedShard(1, split_factor=4)]
+    checked = uneven = 0
+    for shape in [(16, 32), (8, 12), (6, 64), (64, 3)]:
+        for placements in itertools.product(menu, repeat=2):
+            fast = _even_local_shape(shape, placements, sizes)
+            if fast is None:
+                uneven += 1
+                continue
+            for coordinate in itertools.product(range(sizes[0]), range(sizes[1])):
+                local, _ = _compute_local_shape_and_global_offset(shape, sizes, list(coordinate), placements, skip_offset=True)
+                assert tuple(local) == fast, (shape, placements, coordinate)
+            checked += 1
+    assert checked > 60 and uneven > 10, (checked, uneven)
