@@ -291,6 +291,7 @@ class _Verifier:
         self.table = table
         self.values: dict[torch.fx.Node, Any] = {}
         self._local_shapes: dict[tuple[Any, ...], tuple[int, ...]] = {}
+        self._computed: dict[tuple[Any, ...], tuple[tuple[Any, Exception | None], tuple[str, ...]]] = {}
         self.violations: list[GraphViolation] = []
         self.proven: Counter[str] = Counter()
         self.unknown: Counter[str] = Counter()
@@ -461,7 +462,31 @@ class _Verifier:
             merged = self._cat(node, args)
             if merged is not None:
                 return merged
-        return self._compute(node, args, kwargs)
+        return self._compute_once(node, args, kwargs)
+
+    def _compute_once(self, node: torch.fx.Node, args: Any, kwargs: Any) -> Any:
+        """:meth:`_compute`, once per distinct (op, input values, which inputs are placeholders,
+        local result shapes): a repeated layer's nodes look up their twin's verdict, value or
+        refusal alike (with its table notes), so the verifier's work grows with distinct layers.
+        A node whose key holds a symbolic size, a tensor or anything unhashable is computed afresh."""
+        key = _compute_key(node, args, kwargs)
+        if key is None:
+            return self._compute(node, args, kwargs)
+        hit = self._computed.get(key)
+        if hit is None:
+            n_notes = len(self.table_notes)
+            try:
+                outcome: tuple[Any, Exception | None] = (self._compute(node, args, kwargs), None)
+            except (_Violation, _Unknowable) as exc:
+                outcome = (None, exc)
+            notes = tuple(n[len(node.name):] for n in self.table_notes[n_notes:])  # each starts with the node's name
+            hit = self._computed[key] = (outcome, notes)
+        else:
+            self.table_notes.extend(node.name + n for n in hit[1])
+        value, refusal = hit[0]
+        if refusal is not None:
+            raise refusal
+        return value
 
     def _get_attr(self, node: torch.fx.Node) -> Any:
         obj = _fetch_attr(self.gm, str(node.target))
@@ -1222,6 +1247,34 @@ def _contiguous_stride(shape: Sequence[int]) -> tuple[int, ...]:
 
 def _is_spec(x: Any) -> bool:
     return type(x).__name__ == "DTensorSpec"
+
+
+def _compute_key(node: torch.fx.Node, args: Any, kwargs: Any) -> tuple[Any, ...] | None:
+    """What :meth:`_Verifier._compute` reads of ``node`` besides its target: the input values,
+    which inputs are placeholders (the table binds on that), and the local shapes, strides and
+    dtypes of its results. None when any of it is symbolic, a tensor or unhashable."""
+    val = node.meta.get("val")
+    results = []
+    for v in val if isinstance(val, (list, tuple)) else (val,):
+        if isinstance(v, torch.Tensor):
+            shape, stride = tuple(v.shape), tuple(v.stride())
+            if not all(type(x) is int for x in (*shape, *stride)):
+                return None
+            results.append((shape, stride, v.dtype))
+        elif v is None or isinstance(v, (bool, int, float)):
+            results.append(v)
+        else:
+            return None
+    flat, tree = tree_flatten((args, kwargs))
+    if any(isinstance(a, (torch.Tensor, _Const, torch.fx.Node, torch.SymInt, torch.SymFloat, torch.SymBool)) for a in flat):
+        return None
+    leaves = tuple((type(a), a) for a in flat)  # True, 1 and 1.0 hash alike
+    key = (node.target, tree, leaves, tuple(results), tuple(a.op == "placeholder" for a in node.all_input_nodes))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 def _even_local_shape(shape: Sequence[Any], placements: Sequence[Placement], sizes: Sequence[int]) -> tuple[int, ...] | None:

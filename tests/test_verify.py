@@ -153,13 +153,37 @@ def test_pr517_default_call_is_clean_and_exact():
     assert verification.ok and verification.n_unknown == 0, verification
 
 
+def _verified_twice(autop: Any) -> tuple[Any, Any, int, int]:
+    """``apc.verify(autop)`` with the verifier's per-node memo and without it (every node
+    computed afresh), and how many nodes each computed."""
+    from autoparallel_constraints import _verify
+
+    calls = [0]
+    compute = _verify._Verifier._compute
+
+    def counted(self: Any, *a: Any) -> Any:
+        calls[0] += 1
+        return compute(self, *a)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_verify._Verifier, "_compute", counted)
+        memo = apc.verify(autop)
+        with_memo, calls[0] = calls[0], 0
+        patch.setattr(_verify, "_compute_key", lambda *a: None)
+        plain = apc.verify(autop)
+    return memo, plain, with_memo, calls[0]
+
+
 def test_static_seed_graph_is_clean_without_unknowns():
-    """The graph apply_placement builds (constants for rank coordinates) on 2x4, default call."""
+    """The graph apply_placement builds (constants for rank coordinates) on 2x4, default call.
+    The verifier's memo (a node whose op, inputs and local results it has seen takes that
+    verdict) gives the report every node computed afresh gives, computing fewer nodes."""
     seen: list[Any] = []
-    run_seed("explicit", cpu_mesh((2, 4)), after_apply=lambda autop: seen.append(apc.verify(autop)))
-    (verification,) = seen
+    run_seed("explicit", cpu_mesh((2, 4)), after_apply=lambda autop: seen.append(_verified_twice(autop)))
+    ((verification, plain, with_memo, without),) = seen
     assert verification.ok and verification.n_unknown == 0, verification
     assert verification.outputs_checked >= 1
+    assert verification == plain and with_memo < without, (with_memo, without)
 
 
 def test_verify_option_is_checked():
@@ -342,8 +366,10 @@ def test_static_graph_on_a_square_mesh_is_proven():
         autop.add_parameter_memory_constraint()
         autop.add_op_constraints()
         autop.apply_placement(autop.optimize_placement())
-        report = apc.verify(autop)
+        report, plain, with_memo, without = _verified_twice(autop)
     assert report.ok and report.n_unknown == 0, report
+    # two layers: the second layer's nodes take the first's verdicts, and the report is the same
+    assert report == plain and with_memo < without, (with_memo, without)
 
 
 def test_a_reassembly_of_a_tensor_no_gather_stacked_is_not_proven():
