@@ -262,7 +262,10 @@ def _add_atomically(prob: pulp.LpProblem, additions: Additions) -> None:
     never prunes), so the problem is as it was."""
     added: list[str] = []
     old_bounds: list[tuple[pulp.LpVariable, float | None, float | None]] = []
-    n_vars, var_ids, n_modified = len(prob._variables), set(prob._variable_ids), len(prob.modifiedConstraints)
+    # PuLP registers a new variable by appending it to ``_variables`` and keying it by hash in
+    # ``_variable_ids``: the variables past ``n_vars`` are exactly the ones to forget (no copy of
+    # every id up front: 0.3 s per call on llama3 2 layers 8x8).
+    n_vars, n_modified = len(prob._variables), len(prob.modifiedConstraints)
     try:
         for bound in additions.bounds.values():
             for var in bound.variables:
@@ -279,9 +282,9 @@ def _add_atomically(prob: pulp.LpProblem, additions: Additions) -> None:
     except BaseException:
         for name in added:
             prob.constraints.pop(name, None)
+        for var in prob._variables[n_vars:]:
+            prob._variable_ids.pop(var.hash, None)
         del prob._variables[n_vars:], prob.modifiedConstraints[n_modified:]
-        for key in set(prob._variable_ids) - var_ids:
-            del prob._variable_ids[key]
         for var, low, up in reversed(old_bounds):
             var.lowBound, var.upBound = low, up
         raise

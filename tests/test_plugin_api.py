@@ -137,3 +137,30 @@ def test_audit_before_apply_raises(make_mesh):
     with _autop(make_mesh((2,))) as autop:
         with pytest.raises(apc.AuditError, match="apply_placement"):
             apc.audit(autop)
+
+
+def test_a_failed_add_forgets_the_variables_it_registered():
+    """A row that fails after rows with new variables: the problem's variable list, its id index,
+    the rows and the bounds are as before, and a forgotten variable can be added again later
+    (PuLP skips registering a variable whose hash it still indexes)."""
+    import pulp
+
+    from autoparallel_constraints._plugin import _add_atomically
+    from autoparallel_constraints.formulations import Additions
+    from autoparallel_constraints.formulations._base import Bound
+
+    prob = pulp.LpProblem("p", pulp.LpMinimize)
+    old = pulp.LpVariable("old", 0, 1, cat="Binary")
+    prob += old >= 0, "theirs"
+    before = (list(prob._variables), dict(prob._variable_ids), list(prob.constraints), (old.lowBound, old.upBound))
+    new = pulp.LpVariable("new", 0, 1, cat="Binary")
+    additions = Additions(
+        constraints={"ours_0": new + old <= 1, "ours_1": "not a constraint"},  # type: ignore[dict-item]
+        bounds={"fix": Bound(variables=(old,), up=0)},
+    )
+    with pytest.raises(Exception):
+        _add_atomically(prob, additions)
+    after = (list(prob._variables), dict(prob._variable_ids), list(prob.constraints), (old.lowBound, old.upBound))
+    assert after == before
+    _add_atomically(prob, Additions(constraints={"ours_0": new + old <= 1}))
+    assert new in prob.variables()
