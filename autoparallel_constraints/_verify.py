@@ -267,6 +267,8 @@ _NEW_FACTORY = {
 }
 _SPLITS = {aten.split.Tensor, aten.split_with_sizes.default, aten.chunk.default}
 _CASTS = {torch.ops.prims.convert_element_type.default, aten._to_copy.default}
+# DTensor's view rules, by op: strict (refuse a redistribution) or not (reshape may redistribute)
+_STRICT_VIEW = {aten.view.default: True, aten._unsafe_view.default: True, aten.reshape.default: False}
 _VIEW_SHAPE_ARG = {
     aten.view.default,
     aten.reshape.default,
@@ -877,6 +879,9 @@ class _Verifier:
             new_args[1] = list(global_out)
             result = None
             try:
+                refusal = None if expand else self._view_rule_refusal(spec, node.target, global_out, out_local)
+                if refusal is not None:
+                    raise refusal
                 result = self._propagate(node, tuple(new_args), kwargs)
             except _Violation as v:
                 if not errors:
@@ -899,6 +904,46 @@ class _Verifier:
             )
             found.append((score, result))
         return found
+
+    def _view_rule_refusal(self, spec: Any, op: Any, global_out: Sequence[int], out_local: Sequence[int]) -> _Violation | None:
+        """The violation propagating the view candidate ``global_out`` would end in, read from
+        DTensor's own view rule without the full propagation (a schema-cache miss that also runs
+        the op on fake tensors: most of a view's candidates on llama3 8x8 end so): the rule wants
+        the input in other placements (a hidden redistribution), or keeps them and gives an output
+        whose local shape is not ``out_local``. None whenever the rule says anything else (it
+        raises, or a strided shard is involved): the candidate is then propagated in full."""
+        from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+        from torch.distributed.tensor._ops._view_ops import propagate_shape_and_sharding, view_groups
+
+        strict = _STRICT_VIEW.get(op)
+        if strict is None or any(isinstance(p, _StridedShard) for p in spec.placements):
+            return None
+        in_global = tuple(spec.tensor_meta.shape)
+        try:
+            rule = view_groups(in_global, tuple(global_out))
+            want, out = propagate_shape_and_sharding(spec.placements, in_global, rule, tuple(self.sizes), strict)
+        except Exception:  # noqa: BLE001 - DTensor decides, in full
+            return None
+        if any(isinstance(p, _StridedShard) for p in (*want, *out)):
+            return None
+        if tuple(want) != tuple(spec.placements):
+            # as _propagate words it, for the same redistribute schema
+            target = DTensorSpec(spec.mesh, tuple(want), tensor_meta=spec.tensor_meta)
+            return _Violation(
+                "hidden_redistribution",
+                "the op's inputs arrive in placements DTensor would have to redistribute first",
+                inferred=fmt_spec(spec), expected=fmt_spec(target),
+            )
+        shape = torch.Size(global_out)
+        stand_in = DTensorSpec(spec.mesh, tuple(out),
+                               tensor_meta=TensorMeta(shape, _contiguous_stride(shape), spec.tensor_meta.dtype))
+        local = self._local_shape(stand_in)
+        if len(local) == len(out_local) and all(g < 0 or g == w for g, w in zip(out_local, local)):
+            return None  # (as _check_local_val: a negative size is one the graph does not fix)
+        return _Violation(
+            "local_shape", f"local shape {list(out_local)} in the graph, {list(local)} implied by the inferred placement",
+            inferred=f"{fmt_spec(stand_in)} {list(shape)}",
+        )
 
     def _merged_flatten(self, spec: Any, out_local: Sequence[int]) -> _Merged | None:
         """A view flattening dims sharded by different mesh dims into one (see :class:`_Merged`);

@@ -153,25 +153,34 @@ def test_pr517_default_call_is_clean_and_exact():
     assert verification.ok and verification.n_unknown == 0, verification
 
 
-def _verified_twice(autop: Any) -> tuple[Any, Any, int, int]:
-    """``apc.verify(autop)`` with the verifier's per-node memo and without it (every node
-    computed afresh), and how many nodes each computed."""
+def _verified_twice(autop: Any) -> tuple[Any, Any, int, int, int]:
+    """``apc.verify(autop)`` with the verifier's shortcuts and without them: the per-node memo
+    (every node computed afresh) and the view rule's refusals (every candidate global shape of a
+    view propagated in full). Returns both reports, how many nodes each computed and how many
+    view candidates the rule refused."""
     from autoparallel_constraints import _verify
 
-    calls = [0]
-    compute = _verify._Verifier._compute
+    calls, refused = [0], [0]
+    compute, refusal = _verify._Verifier._compute, _verify._Verifier._view_rule_refusal
 
     def counted(self: Any, *a: Any) -> Any:
         calls[0] += 1
         return compute(self, *a)
 
+    def counted_refusal(self: Any, *a: Any) -> Any:
+        out = refusal(self, *a)
+        refused[0] += out is not None
+        return out
+
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_verify._Verifier, "_compute", counted)
-        memo = apc.verify(autop)
+        patch.setattr(_verify._Verifier, "_view_rule_refusal", counted_refusal)
+        fast = apc.verify(autop)
         with_memo, calls[0] = calls[0], 0
         patch.setattr(_verify, "_compute_key", lambda *a: None)
+        patch.setattr(_verify._Verifier, "_view_rule_refusal", lambda self, *a: None)
         plain = apc.verify(autop)
-    return memo, plain, with_memo, calls[0]
+    return fast, plain, with_memo, calls[0], refused[0]
 
 
 def test_static_seed_graph_is_clean_without_unknowns():
@@ -180,7 +189,7 @@ def test_static_seed_graph_is_clean_without_unknowns():
     verdict) gives the report every node computed afresh gives, computing fewer nodes."""
     seen: list[Any] = []
     run_seed("explicit", cpu_mesh((2, 4)), after_apply=lambda autop: seen.append(_verified_twice(autop)))
-    ((verification, plain, with_memo, without),) = seen
+    ((verification, plain, with_memo, without, refused),) = seen
     assert verification.ok and verification.n_unknown == 0, verification
     assert verification.outputs_checked >= 1
     assert verification == plain and with_memo < without, (with_memo, without)
@@ -366,10 +375,11 @@ def test_static_graph_on_a_square_mesh_is_proven():
         autop.add_parameter_memory_constraint()
         autop.add_op_constraints()
         autop.apply_placement(autop.optimize_placement())
-        report, plain, with_memo, without = _verified_twice(autop)
+        report, plain, with_memo, without, refused = _verified_twice(autop)
     assert report.ok and report.n_unknown == 0, report
-    # two layers: the second layer's nodes take the first's verdicts, and the report is the same
-    assert report == plain and with_memo < without, (with_memo, without)
+    # two layers: the second layer's nodes take the first's verdicts; the view rule refuses
+    # candidates without propagating them; and the report is the one without either shortcut
+    assert report == plain and with_memo < without and refused > 0, (with_memo, without, refused)
 
 
 def test_a_reassembly_of_a_tensor_no_gather_stacked_is_not_proven():
