@@ -105,6 +105,10 @@ class RunSummary:
     rounds: int = 1  # solves of the plan (lazy: cutting-plane rounds)
     gave_way: int = 0  # table sites whose rule gave way (soft)
     solver_status: str = ""  # last plan solve, e.g. "Optimal", "time limit hit: feasible plan ..."
+    # CPU seconds of this process for enter_s and plugin_s (None in runs recorded before they were):
+    # on a shared machine a short window's wall time swings with whatever else runs in it
+    enter_cpu_s: float | None = None
+    plugin_cpu_s: float | None = None
 
     @property
     def build_solve_s(self) -> float:
@@ -236,6 +240,8 @@ def run_model(
         build_cpu_s=c_enter + plugin_cpu,
         solve_cpu_s=solve_cpu,
         enter_s=t_enter,
+        enter_cpu_s=c_enter,
+        plugin_cpu_s=plugin_cpu,
         plugin_hook_s=creport.hook_seconds if creport else 0.0,
         comm_cost=comm_cost,
         rounds=max(len(plans), 1),
