@@ -124,3 +124,33 @@ def test_pin_checks_read_only_the_pins_variables(llama3_sites, monkeypatch):
     finally:
         del opt.prob.constraints["pin_bad"]
     assert [(c[0] is site, c[1], c[2]) for c in conflicts] == [(True, "pin_bad", {bad})]
+
+
+def test_size_rows_of_twins_are_not_built_again(llama3_sites, monkeypatch):
+    """A repeated layer's size couplings resolve to its root's variables: skipping them before
+    building gives the rows (and notes) building every coupling gives, with fewer sums built."""
+    from autoparallel_constraints import _sizes
+
+    opt = llama3_sites[0]
+    couplings = _sizes.find_size_couplings(opt.graph, lambda n: n in opt.strats, tuple(opt.mesh.shape), dynamic=False)
+    built = [0]
+    indicator = _problem.strategy_indicator
+
+    def counted(*a):
+        built[0] += 1
+        return indicator(*a)
+
+    def rows(**patches):
+        built[0] = 0
+        with monkeypatch.context() as patch:
+            patch.setattr(_problem, "strategy_indicator", counted)
+            for name, value in patches.items():
+                patch.setattr(_problem, name, value)
+            out = _sizes.build_size_constraints(opt, couplings, Namer("size", taken=opt.prob.constraints))
+        return {n: str(c) for n, c in out.constraints.items()}, out.notes, built[0]
+
+    fast, fast_notes, fast_built = rows()
+    every, every_notes, every_built = rows(node_roots=lambda opt: {})  # no node linked: all built
+    assert fast, "the model must have size couplings for the comparison to mean anything"
+    assert (fast, fast_notes) == (every, every_notes)
+    assert fast_built < every_built, (fast_built, every_built)
