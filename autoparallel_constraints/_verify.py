@@ -879,7 +879,7 @@ class _Verifier:
             new_args[1] = list(global_out)
             result = None
             try:
-                refusal = None if expand else self._view_rule_refusal(spec, node.target, global_out, out_local)
+                refusal = None if expand else self._view_rule_refusal(node, spec, global_out)
                 if refusal is not None:
                     raise refusal
                 result = self._propagate(node, tuple(new_args), kwargs)
@@ -905,17 +905,18 @@ class _Verifier:
             found.append((score, result))
         return found
 
-    def _view_rule_refusal(self, spec: Any, op: Any, global_out: Sequence[int], out_local: Sequence[int]) -> _Violation | None:
+    def _view_rule_refusal(self, node: torch.fx.Node, spec: Any, global_out: Sequence[int]) -> _Violation | None:
         """The violation propagating the view candidate ``global_out`` would end in, read from
         DTensor's own view rule without the full propagation (a schema-cache miss that also runs
         the op on fake tensors: most of a view's candidates on llama3 8x8 end so): the rule wants
         the input in other placements (a hidden redistribution), or keeps them and gives an output
-        whose local shape is not ``out_local``. None whenever the rule says anything else (it
-        raises, or a strided shard is involved): the candidate is then propagated in full."""
-        from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+        whose local shape is not the node's (:meth:`_check_local_val`'s rule). None whenever the
+        rule says anything else (it raises, or a strided shard is involved): the candidate is then
+        propagated in full."""
+        from torch.distributed.tensor._dtensor_spec import DTensorSpec
         from torch.distributed.tensor._ops._view_ops import propagate_shape_and_sharding, view_groups
 
-        strict = _STRICT_VIEW.get(op)
+        strict = _STRICT_VIEW.get(node.target)
         if strict is None or any(isinstance(p, _StridedShard) for p in spec.placements):
             return None
         in_global = tuple(spec.tensor_meta.shape)
@@ -934,16 +935,11 @@ class _Verifier:
                 "the op's inputs arrive in placements DTensor would have to redistribute first",
                 inferred=fmt_spec(spec), expected=fmt_spec(target),
             )
-        shape = torch.Size(global_out)
-        stand_in = DTensorSpec(spec.mesh, tuple(out),
-                               tensor_meta=TensorMeta(shape, _contiguous_stride(shape), spec.tensor_meta.dtype))
-        local = self._local_shape(stand_in)
-        if len(local) == len(out_local) and all(g < 0 or g == w for g, w in zip(out_local, local)):
-            return None  # (as _check_local_val: a negative size is one the graph does not fix)
-        return _Violation(
-            "local_shape", f"local shape {list(out_local)} in the graph, {list(local)} implied by the inferred placement",
-            inferred=f"{fmt_spec(stand_in)} {list(shape)}",
-        )
+        try:
+            self._check_local_val(node, _contiguous_spec(spec, out, global_out), node.meta["val"])
+        except _Violation as v:
+            return v
+        return None
 
     def _merged_flatten(self, spec: Any, out_local: Sequence[int]) -> _Merged | None:
         """A view flattening dims sharded by different mesh dims into one (see :class:`_Merged`);
@@ -979,11 +975,7 @@ class _Verifier:
                 return None
         if merged is None or _prod(global_out) != _prod(in_global):
             return None
-        from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
-
-        shape = torch.Size(global_out)
-        stand_in = DTensorSpec(spec.mesh, tuple(placements),
-                               tensor_meta=TensorMeta(shape, _contiguous_stride(shape), spec.tensor_meta.dtype))
+        stand_in = _contiguous_spec(spec, placements, global_out)
         if self._local_shape(stand_in) != tuple(out_local):
             return None
         return _Merged(stand_in, merged[0], merged[1])
@@ -1657,7 +1649,6 @@ def _strided_flatten(spec: Any, global_out: Sequence[int]) -> Any:
     """The output spec of a view that flattens a sharded dim behind other dims, which DTensor's view
     rule refuses but the data layout allows: ``[8, 64(S), 1024] -> [512, 1024]`` holds, on each rank,
     every 64-row's chunk, i.e. ``_StridedShard(0, split_factor=8)``. None when the view is not that."""
-    from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
     from torch.distributed.tensor._ops._view_ops import Flatten, InputDim, view_groups
 
     in_shape = tuple(spec.tensor_meta.shape)
@@ -1684,9 +1675,17 @@ def _strided_flatten(spec: Any, global_out: Sequence[int]) -> Any:
     outs = [_sharded_dim(p) for p in placements if _sharded_dim(p) is not None]
     if len(outs) != len(set(outs)):
         return None  # two shards on one output dim: leave it to DTensor's rule
-    shape = torch.Size(global_out)
-    meta = TensorMeta(shape, _contiguous_stride(shape), spec.tensor_meta.dtype)
-    return DTensorSpec(spec.mesh, tuple(placements), tensor_meta=meta)
+    return _contiguous_spec(spec, placements, global_out)
+
+
+def _contiguous_spec(spec: Any, placements: Sequence[Placement], shape: Sequence[int]) -> Any:
+    """A spec on ``spec``'s mesh and dtype with ``placements`` over a contiguous tensor of global
+    ``shape``: the stand-in a view's candidate output is checked as."""
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+
+    size = torch.Size(shape)
+    return DTensorSpec(spec.mesh, tuple(placements),
+                       tensor_meta=TensorMeta(size, _contiguous_stride(size), spec.tensor_meta.dtype))
 
 
 def _as_dtype(spec: Any, dtype: torch.dtype) -> Any:
