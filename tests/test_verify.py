@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -153,15 +154,25 @@ def test_pr517_default_call_is_clean_and_exact():
     assert verification.ok and verification.n_unknown == 0, verification
 
 
-def _verified_twice(autop: Any) -> tuple[Any, Any, int, int, int]:
+def _verified_twice(autop: Any) -> tuple[Any, Any, int, int, int, Counter[str]]:
     """``apc.verify(autop)`` with the verifier's shortcuts and without them: the per-node memo
-    (every node computed afresh) and the view rule's refusals (every candidate global shape of a
-    view propagated in full). Returns both reports, how many nodes each computed and how many
-    view candidates the rule refused."""
+    (every node computed afresh), the view rule's refusals (every candidate global shape of a
+    view propagated in full) and the DTensor memos (every output meta, redistribute cost and
+    strided size computed by DTensor). Returns both reports, how many nodes each computed and
+    how many view candidates the rule refused, and the DTensor memos' hits."""
+    import contextlib
+
     from autoparallel_constraints import _verify
 
     calls, refused = [0], [0]
     compute, refusal = _verify._Verifier._compute, _verify._Verifier._view_rule_refusal
+    memos, memo_hits = _verify._dtensor_memos, []
+
+    @contextlib.contextmanager
+    def counted_memos() -> Any:
+        with memos() as hits:
+            yield hits
+        memo_hits.append(hits)
 
     def counted(self: Any, *a: Any) -> Any:
         calls[0] += 1
@@ -175,12 +186,15 @@ def _verified_twice(autop: Any) -> tuple[Any, Any, int, int, int]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_verify._Verifier, "_compute", counted)
         patch.setattr(_verify._Verifier, "_view_rule_refusal", counted_refusal)
+        patch.setattr(_verify, "_dtensor_memos", counted_memos)
         fast = apc.verify(autop)
         with_memo, calls[0] = calls[0], 0
         patch.setattr(_verify, "_compute_key", lambda *a: None)
         patch.setattr(_verify._Verifier, "_view_rule_refusal", lambda self, *a: None)
+        patch.setattr(_verify, "_dtensor_memos", contextlib.nullcontext)
         plain = apc.verify(autop)
-    return fast, plain, with_memo, calls[0], refused[0]
+    (hits,) = memo_hits
+    return fast, plain, with_memo, calls[0], refused[0], hits
 
 
 def test_static_seed_graph_is_clean_without_unknowns():
@@ -189,10 +203,32 @@ def test_static_seed_graph_is_clean_without_unknowns():
     verdict) gives the report every node computed afresh gives, computing fewer nodes."""
     seen: list[Any] = []
     run_seed("explicit", cpu_mesh((2, 4)), after_apply=lambda autop: seen.append(_verified_twice(autop)))
-    ((verification, plain, with_memo, without, refused),) = seen
+    ((verification, plain, with_memo, without, _refused, _hits),) = seen
     assert verification.ok and verification.n_unknown == 0, verification
     assert verification.outputs_checked >= 1
     assert verification == plain and with_memo < without, (with_memo, without)
+
+
+def test_dtensor_memos_keep_what_the_value_depends_on_and_restore_dtensor():
+    """The verifier's DTensor memos key an op's output meta on everything but placements:
+    scalars of different types (1, 1.0, True promote differently) and lists vs tuples stay
+    apart, and DTensor's own functions are back after the verification, even a failed one."""
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor._ops import utils as op_utils
+    from torch.distributed.tensor.placement_types import _StridedShard
+
+    from autoparallel_constraints import _verify
+
+    keys = {_verify._meta_key(a) for a in (1, 1.0, True, [1, 2], (1, 2))}
+    assert len(keys) == 5, keys
+    propagator = DTensor._op_dispatcher.sharding_propagator
+    before = (op_utils.redistribute_cost, _StridedShard.local_shard_size_and_offset)
+    with pytest.raises(RuntimeError), _verify._dtensor_memos():
+        assert op_utils.redistribute_cost is not before[0]
+        assert "_propagate_tensor_meta_non_cached" in vars(propagator)
+        raise RuntimeError("a verification that fails")
+    assert (op_utils.redistribute_cost, _StridedShard.local_shard_size_and_offset) == before
+    assert "_propagate_tensor_meta_non_cached" not in vars(propagator)
 
 
 def test_verify_option_is_checked():
@@ -375,11 +411,13 @@ def test_static_graph_on_a_square_mesh_is_proven():
         autop.add_parameter_memory_constraint()
         autop.add_op_constraints()
         autop.apply_placement(autop.optimize_placement())
-        report, plain, with_memo, without, refused = _verified_twice(autop)
+        report, plain, with_memo, without, refused, hits = _verified_twice(autop)
     assert report.ok and report.n_unknown == 0, report
     # two layers: the second layer's nodes take the first's verdicts; the view rule refuses
-    # candidates without propagating them; and the report is the one without either shortcut
+    # candidates without propagating them; DTensor is asked for an output meta it gave for
+    # other placements; and the report is the one without any of these shortcuts
     assert report == plain and with_memo < without and refused > 0, (with_memo, without, refused)
+    assert hits["meta"] > 0, hits
 
 
 def test_a_reassembly_of_a_tensor_no_gather_stacked_is_not_proven():
