@@ -116,6 +116,23 @@ def test_benchmark_bound_verdicts_use_the_same_rule():
     assert bench.bound_verdict(Spread.of([4.0, 5.0]), 3.0, at_most=False) == "ok"
 
 
+def test_benchmark_pooled_build_ratio_leaves_the_plugin_and_the_solve():
+    """bench_formulations' pooled ratio: autoparallel's build (the same work in every row) is
+    replaced by one pooled figure, so a row whose build swung with the machine but whose plugin
+    seconds and solve equal the baseline's comes out 1.0, and a plugin second counts in full."""
+    import importlib.util
+    from types import SimpleNamespace as Run
+
+    spec = importlib.util.spec_from_file_location("bench", ROOT / "benchmarks" / "bench_formulations.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    base = [Run(enter_cpu_s=80.0, build_solve_cpu_s=80.0 + 40.0), Run(enter_cpu_s=100.0, build_solve_cpu_s=140.0)]
+    swung = [Run(enter_cpu_s=118.0, build_solve_cpu_s=118.0 + 40.0), Run(enter_cpu_s=78.0, build_solve_cpu_s=118.0)]
+    assert bench.pooled_build_ratio(swung, base, 90.0).spread.samples == (1.0, 1.0)
+    plugin = [Run(enter_cpu_s=80.0, build_solve_cpu_s=80.0 + 13.0 + 40.0)] * 2
+    assert bench.pooled_build_ratio(plugin, base, 90.0).spread.median == pytest.approx(143 / 130)
+
+
 # ---------------------------------------------------------------------------------------------
 # the demo, run once
 
