@@ -351,36 +351,23 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\ntargets of issue 13: median [min-max] of the {args.repeat} paired ratios (CPU seconds: process + "
           "solver child); ok = every repeat meets the bound")
     solvers = list(dict.fromkeys(s for _, s in rows))
-    for solver in solvers:
-        base = result.row(BASELINE, solver)
-        if base is None:
-            continue
-        for form, bound in BOUNDS.items():
-            r = result.row(form, solver)
-            if r is None:
-                continue
-            target(f"{form}/{solver} build+solve / {BASELINE}/{solver}", paired_ratio(r.cpu.samples, base.cpu.samples),
-                   bound)
+    # (formulation row, its baseline on the same solver, bound) for every bounded formulation run
+    bounded = [(r, base, bound) for solver in solvers if (base := result.row(BASELINE, solver)) is not None
+               for form, bound in BOUNDS.items() if (r := result.row(form, solver)) is not None]
+    for r, base, bound in bounded:
+        target(f"{r.label} build+solve / {base.label}", paired_ratio(r.cpu.samples, base.cpu.samples), bound)
     # autoparallel's build (AutoParallel.__enter__) is the same code on the same input in every
-    # row (the plugin runs after it), so its spread across rows is the machine's: measured on
-    # 2 cores shared with nothing of ours, the same __enter__ took 78-119 CPU s within one
-    # 32-layer run. Pooled here (the median of every measured run of every row) it leaves each
-    # row's own difference, the plugin's seconds and the solve, still paired by round.
+    # row (the plugin runs after it), so its spread across rows is the machine's: the same
+    # __enter__ took 77-118 CPU s within one 32-layer run. Pooled here (the median of every
+    # measured run of every row) it leaves each row's own difference, the plugin's seconds and
+    # the solve, still paired by round.
     enters = [s.enter_cpu_s for r in result.rows for s in r.runs]
     if all(e is not None for e in enters):
         pooled = Spread.of(enters).median
         print(f"the same, autoparallel's build pooled ({pooled:.2f} CPU s, the median __enter__ of all "
               f"{len(enters)} runs: (pooled + plugin + solve) / (pooled + solve)):")
-        for solver in solvers:
-            base = result.row(BASELINE, solver)
-            if base is None:
-                continue
-            for form, bound in BOUNDS.items():
-                r = result.row(form, solver)
-                if r is None:
-                    continue
-                target(f"{form}/{solver} / {BASELINE}/{solver}, build pooled",
-                       pooled_build_ratio(r.runs, base.runs, pooled), bound)
+        for r, base, bound in bounded:
+            target(f"{r.label} / {base.label}, build pooled", pooled_build_ratio(r.runs, base.runs, pooled), bound)
     for r in result.rows:
         if r.formulation == BASELINE:
             continue
