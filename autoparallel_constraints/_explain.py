@@ -5,7 +5,7 @@ its last (infeasible) point violates. The plugin re-solves two elastic copies of
 each with one side made to give way and the total slack minimized (the optimizer's own problem
 is not modified):
 
-    (D1) table elastic:  every plugin constraint c gets slack, everything else hard
+    (D1) table elastic:  every plugin constraint c and bound entry gets slack, everything else hard
          → the table rules that had to give: R.  Infeasible even so ⇒ the conflict is not the
            table's (the pins contradict autoparallel's own constraints): say that.
     (D2) pins elastic:   every user constraint (input/output/node constraints, custom pins) gets
@@ -19,7 +19,7 @@ with ``p, n ∈ [0, 1]`` on the sides the sense allows, objective ``Σ (p + n)``
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -32,7 +32,8 @@ from .formulations._pins import site_variables, user_pins
 if TYPE_CHECKING:
     from autoparallel.optimize_sharding import ShardingOptimizer
 
-    from ._state import PluginState
+    from ._state import PluginState, PriorBounds
+    from .formulations import Bound
     from ._solvers import SolverHook
 
 logger = logging.getLogger(__name__)
@@ -56,11 +57,21 @@ class _TimedOut(Exception):
     """An elastic re-solve ran out of the time limit without a plan."""
 
 
-def _elastic_solve(opt: ShardingOptimizer, hook: SolverHook, relax: set[str]) -> tuple[str, ...] | None:
-    """Minimize the slack of the ``relax`` constraints, the rest hard; the names that gave way
-    (None: infeasible even so)."""
+def _elastic_solve(
+    opt: ShardingOptimizer,
+    hook: SolverHook,
+    relax: set[str],
+    relax_bounds: Mapping[str, tuple[Bound, PriorBounds]] | None = None,
+) -> tuple[str, ...] | None:
+    """Minimize the slack of the ``relax`` constraints and ``relax_bounds`` entries, the rest hard;
+    the names that gave way (None: infeasible even so).
+
+    A bound entry ``low ≤ v ≤ up`` gives way through one slack ``s ≥ 0`` shared by its variables:
+    their bounds go back to what they were before the plugin, with rows ``v − s ≤ up`` and
+    ``v + s ≥ low`` in the copy. The plugin's bounds are set again before returning."""
     diag = pulp.LpProblem("apc_diagnosis", pulp.LpMinimize)
     slacks: dict[str, list[pulp.LpVariable]] = {}
+    relax_bounds = relax_bounds or {}
     for i, (name, constraint) in enumerate(opt.prob.constraints.items()):
         if name not in relax:
             diag.constraints[name] = constraint  # shared, not copied: it is not modified
@@ -72,8 +83,25 @@ def _elastic_solve(opt: ShardingOptimizer, hook: SolverHook, relax: set[str]) ->
             above = pulp.LpVariable(f"apc_diag_above_{i}", lowBound=0)
         diag.constraints[name] = elastic_constraint(constraint, below, above)
         slacks[name] = [v for v in (below, above) if v is not None]
+    current: list[tuple[pulp.LpVariable, float | None, float | None]] = []
+    for k, (name, (bound, prior)) in enumerate(relax_bounds.items()):
+        slack = pulp.LpVariable(f"apc_diag_bound_{k}", lowBound=0)
+        slacks[name] = [slack]
+        for j, (var, low, up) in enumerate(prior):
+            if bound.up is not None:
+                diag.constraints[f"apc_diag_bound_{k}_up_{j}"] = var - slack <= bound.up
+            if bound.low is not None:
+                diag.constraints[f"apc_diag_bound_{k}_low_{j}"] = var + slack >= bound.low
     diag += pulp.lpSum(v for vs in slacks.values() for v in vs)
-    outcome = hook.solve_problem(diag, purpose="diagnosis")
+    try:
+        for _, prior in relax_bounds.values():
+            for var, low, up in prior:
+                current.append((var, var.lowBound, var.upBound))
+                var.lowBound, var.upBound = low, up
+        outcome = hook.solve_problem(diag, purpose="diagnosis")
+    finally:
+        for var, low, up in reversed(current):
+            var.lowBound, var.upBound = low, up
     if outcome.hit_time_limit and not outcome.feasible:
         raise _TimedOut
     if not outcome.feasible:
@@ -84,9 +112,10 @@ def _elastic_solve(opt: ShardingOptimizer, hook: SolverHook, relax: set[str]) ->
 def diagnose(opt: ShardingOptimizer, state: PluginState) -> Diagnosis:
     """Run (D1) and (D2) on the optimizer's problem (left unchanged)."""
     table = {n for n in state.additions.constraints if n in opt.prob.constraints}
+    table_bounds = {n: (b, state.prior_bounds[n]) for n, b in state.additions.bounds.items() if n in state.prior_bounds}
     pins = set(user_pins(opt))
     try:
-        table_gave = _elastic_solve(opt, state.solver, table) if table else None
+        table_gave = _elastic_solve(opt, state.solver, table, table_bounds) if table or table_bounds else None
         pins_gave = _elastic_solve(opt, state.solver, pins) if pins and table_gave else None
     except _TimedOut:
         return Diagnosis(table_gave=None, pins_gave=None, pins_on_sites=(), timed_out=True)

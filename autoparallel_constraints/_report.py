@@ -64,7 +64,7 @@ class LazyRound:
     seconds: float
     objective: float | None
     violated: tuple[str, ...]  # nodes whose plan broke their row in this round
-    cuts: tuple[str, ...]  # constraints added after it
+    cuts: tuple[str, ...]  # constraints and bounds added after it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,6 +85,7 @@ class ConstraintReport:
     objective: float | None
     plugin_objective: float  # the plugin's share of the objective (penalties, redistributions)
     solves: tuple[SolveOutcome, ...]
+    bounds: dict[str, int] = field(default_factory=dict)  # family -> count of Bound entries (lazy cuts too)
     rounds: tuple[LazyRound, ...] = ()
     sites: tuple[SiteOutcome, ...] = ()
     notes: tuple[str, ...] = field(default=())
@@ -124,7 +125,7 @@ class ConstraintReport:
         return json.dumps(strip(self.to_json()), sort_keys=True, default=str)
 
     def __str__(self) -> str:
-        fams = ", ".join(f"{k}={v}" for k, v in {**self.constraints, **self.variables}.items()) or "nothing"
+        fams = ", ".join(f"{k}={v}" for k, v in {**self.constraints, **self.variables, **self.bounds}.items()) or "nothing"
         obj = "-" if self.objective is None else f"{self.objective:.3f}"
         lines = [
             f"constraint report ({self.formulation}, {self.solver}): {self.table_nodes} table nodes, "
@@ -218,6 +219,7 @@ def build_report(
         constrained_nodes=state.added.constrained_nodes,
         constraints=families(state.additions.constraints),
         variables=families(state.additions.variables),
+        bounds=families(state.additions.bounds),
         build_seconds=state.added.build_seconds,
         hook_seconds=hook_seconds,
         objective=None if objective is None else float(objective),

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from .formulations import Additions, Formulation, Namer
     from .table import OpRule, Table
 
-__all__ = ["AddedConstraints", "PlannedRedistribute", "PluginState", "families", "get_state"]
+__all__ = ["AddedConstraints", "PlannedRedistribute", "PluginState", "PriorBounds", "families", "get_state"]
 
 
 VERIFY_MODES = ("raise", "warn", "off")  # add_op_constraints(verify=...): after apply, see _verify
@@ -88,6 +88,10 @@ class AddedConstraints:
         )
 
 
+# A bound entry's variables with the (lowBound, upBound) each had before the plugin set it.
+PriorBounds = tuple[tuple[Any, "float | None", "float | None"], ...]
+
+
 @dataclass(kw_only=True)
 class PluginState:
     """The plugin's bookkeeping for one AutoParallel instance."""
@@ -106,6 +110,7 @@ class PluginState:
     report: ConstraintReport | None = None  # of the last solve
     hook_seconds: float = 0.0  # the plugin's Python work in the optimizer hooks, last solve
     verify: str = "raise"  # after apply: "raise", "warn" or "off" (see _verify)
+    prior_bounds: dict[str, PriorBounds] = field(default_factory=dict)  # bound name -> before the plugin
 
     @property
     def optimizer(self) -> ShardingOptimizer:

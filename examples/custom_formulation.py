@@ -3,7 +3,8 @@
 Registers ``Prune`` (40 lines, public API only: it fixes the variables of non-co-sharded
 strategies to 0 by their bounds instead of adding rows), solves the forced #348 case (pre-fix
 index_put strategy offered, producers pinned; seed block 10 heads x 16, batch 8, seq 16, 2x4 CPU
-mesh) with ``prune`` and with ``strict``: both audit clean at the same objective, prune with no row
+mesh) with ``prune`` and with strict's row mode (``Strict(forbid="row")``; by default strict
+forbids by bounds, as prune does): both audit clean at the same objective, prune with no row
 added. Then runs the conformance kit on it with pytest (about 35 s). Prints ``VERDICT: ok``.
 
     python examples/custom_formulation.py
@@ -28,7 +29,7 @@ RR, RS0, RS1 = (Replicate(), Replicate()), (Replicate(), Shard(0)), (Replicate()
 SMALL = SeedConfig(num_heads=10, head_dim=16, batch=8, seq=16)
 
 
-def forced(formulation: str) -> tuple[float, int, apc.AuditReport]:
+def forced(formulation: str | apc.formulations.Formulation) -> tuple[float, int, apc.AuditReport]:
     """(objective, rows added by the formulation, audit) on the forced #348 case."""
     with torch.device("meta"):
         model = SeedBlock(SMALL)
@@ -41,7 +42,7 @@ def forced(formulation: str) -> tuple[float, int, apc.AuditReport]:
         added = autop.add_op_constraints(formulation=formulation)
         print(added)
         autop.apply_placement(autop.optimize_placement())
-        rows = sum(1 for n in added.constraint_names if n.startswith(formulation + "."))
+        rows = sum(1 for n in added.constraint_names if n.startswith(added.formulation + "."))
         return float(autop.sharding_optimizer.prob.objective.value()), rows, apc.audit(autop)
 
 
@@ -58,7 +59,7 @@ if __name__ == "__main__":
     apc.register_formulation(Prune)
     with device_name("H100"):
         init_fake_process_group()
-        results = {name: forced(name) for name in ("prune", "strict")}
+        results = {"prune": forced("prune"), "strict": forced(apc.formulations.Strict(forbid="row"))}
     for name, (objective, rows, audit) in results.items():
         print(f"{name}: objective {objective:.4f}, {rows} rows added, audit {audit.verdict}")
     with tempfile.TemporaryDirectory() as tmp:

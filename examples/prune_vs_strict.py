@@ -1,11 +1,14 @@
-"""prune vs strict on the forced #348 case at the seed's sizes: what bounds instead of rows buy.
+"""prune vs strict's row on the forced #348 case at the seed's sizes: what bounds instead of rows buy.
+
+strict forbids by bounds by default, as prune does; ``Strict(forbid="row")`` adds one row per site
+instead, which is what this compares prune with ("strict-row" below).
 
 The seed block (73 heads x 64, batch 16, seq 128, bf16 params / fp32 reduce) on a 2x4 CPU mesh,
-the pre-fix index_put strategy offered and its producers pinned. strict and prune (examples/prune.py)
+the pre-fix index_put strategy offered and its producers pinned. strict-row and prune (examples/prune.py)
 run interleaved, 3 times each: PuLP's variables and rows, HiGHS's presolve of the exact problem
 the solver got (columns x rows before and after), autoparallel's CBC ``optimize_placement``
 seconds (each run and the median), objective and audit. Prints ``VERDICT: ok`` when every run
-audits clean and prune's objective equals strict's. About 30 s.
+audits clean and prune's objective equals strict-row's. About 30 s.
 
 ``--model llama3`` runs the lab's llama3 instead (2 layers, dim 4096, 8x8 mesh, no injection:
 autoparallel's plan already satisfies the table), ``--repeat N`` sets the interleaved runs per
@@ -28,6 +31,7 @@ from torch.distributed.tensor.placement_types import Replicate, Shard
 
 import autoparallel_constraints as apc
 from autoparallel_constraints._lab import lab_model
+from autoparallel_constraints.formulations import Strict
 from autoparallel_constraints.models import SeedBlock
 from autoparallel_constraints.testing import cpu_mesh, device_name, find_nodes, init_fake_process_group, offer_strategy
 from prune import Prune
@@ -85,10 +89,10 @@ if __name__ == "__main__":
     args = parser.parse_args()
     with device_name("H100"), tempfile.TemporaryDirectory() as tmp:
         init_fake_process_group()
-        res = {"strict": [], "prune": []}
+        res = {"strict-row": [], "prune": []}
         for i in range(args.repeat):  # interleaved, the order reversed every other round
-            for name in ("strict", "prune") if i % 2 == 0 else ("prune", "strict"):
-                res[name].append(one(name if name == "strict" else Prune(), tmp, args.model))
+            for name in ("strict-row", "prune") if i % 2 == 0 else ("prune", "strict-row"):
+                res[name].append(one(Strict(forbid="row") if name == "strict-row" else Prune(), tmp, args.model))
     for name, rs in res.items():
         r0 = rs[0]
         print(f"{name}: pulp vars {r0['nvar']} rows {r0['ncon']}; MPS cols x rows {r0['before']} -> presolved {r0['after']}; "

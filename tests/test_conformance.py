@@ -65,15 +65,21 @@ def test_the_kit_fails_a_formulation_that_does_nothing():
     assert not run.error.report.ok and run.error.report.violations
 
 
-def test_the_kit_catches_a_leaky_rollback(monkeypatch):
-    """If adding were not atomic (rows kept after a failure), the kit's failed-call check says so."""
+@pytest.mark.parametrize("forbid, trace", [("bounds", "bounds"), ("row", "rows")])
+def test_the_kit_catches_a_leaky_rollback(monkeypatch, forbid, trace):
+    """If adding were not atomic (bounds or rows kept after a failure), the kit's failed-call
+    check says which: strict's default forbids by bounds, ``forbid="row"`` by rows."""
     from autoparallel_constraints import _plugin
+    from autoparallel_constraints.formulations import Strict
     from autoparallel_constraints.testing.conformance import failed_call_leaves_problem
 
     def leaky(prob, additions):
+        for bound in additions.bounds.values():
+            for var in bound.variables:
+                var.upBound = bound.up  # kept: no rollback
         for name, constraint in additions.constraints.items():
             prob.addConstraint(constraint, name)  # the kit's injected row fails last; no rollback
 
     monkeypatch.setattr(_plugin, "_add_atomically", leaky)
-    error, unchanged, changed = failed_call_leaves_problem("strict")
-    assert error is not None and not unchanged and "rows" in changed
+    error, unchanged, changed = failed_call_leaves_problem(lambda: Strict(forbid=forbid))
+    assert error is not None and not unchanged and trace in changed, changed

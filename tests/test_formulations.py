@@ -33,20 +33,24 @@ NAME = re.compile(r"^(?P<form>[a-z]+)\.(?P<family>[a-z_]+)_(?P<idx>\d{3})$")
 class Run:
     """One solve+apply of a scenario: summary, audit, constraint report, all plugin names, or the error."""
 
-    def __init__(self, scenario: str, formulation: str | None, verify: str = "raise") -> None:
+    def __init__(self, scenario: str, formulation: str | None, verify: str = "raise", forbid: str | None = None) -> None:
         self.error: BaseException | None = None
         self.summary = self.audit = self.report = None
         self.names: list[str] = []
+        self.rows: list[str] = []
+        self.bounds: list[str] = []
         mesh = cpu_mesh((2, 4))
 
         def grab(autop: Any) -> None:
             self.report = constraint_report(autop)
             state = getattr(autop, "_apc_state", None)
             if state is not None:
-                self.names = [*state.additions.constraints, *state.additions.variables]
+                self.names = [*state.additions.constraints, *state.additions.variables, *state.additions.bounds]
+                self.rows, self.bounds = list(state.additions.constraints), list(state.additions.bounds)
 
         configure = {"clean": None, "forced": pin_producers, "pinned": pin_illegal}[scenario]
-        options = {"plugin_options": {"verify": verify}} if formulation is not None else {}
+        forbid_option = {"forbid": forbid} if forbid is not None else {}
+        options = {"plugin_options": {"verify": verify, **forbid_option}} if formulation is not None else {}
         try:
             if scenario == "clean":
                 self.summary, self.audit = run_seed(formulation, mesh, config=SMALL, after_apply=grab, **options)
@@ -62,12 +66,12 @@ class Run:
 @pytest.fixture(scope="module")
 def runs(fake_process_group: None, cpu_device_name: str):
     """Each (scenario, formulation) solved once per module, on demand."""
-    cache: dict[tuple[str, str | None, str], Run] = {}
+    cache: dict[tuple[str, str | None, str, str | None], Run] = {}
 
-    def get(scenario: str, formulation: str | None, verify: str = "raise") -> Run:
-        key = (scenario, formulation, verify)
+    def get(scenario: str, formulation: str | None, verify: str = "raise", forbid: str | None = None) -> Run:
+        key = (scenario, formulation, verify, forbid)
         if key not in cache:
-            cache[key] = Run(scenario, formulation, verify)
+            cache[key] = Run(scenario, formulation, verify, forbid)
         return cache[key]
 
     return get
@@ -91,6 +95,9 @@ def test_every_formulation_is_registered_and_states_its_math():
         ("soft", {"penalty": float("inf")}, "penalty must be a positive"),
         ("lazy", {"max_rounds": 0}, "max_rounds must be a positive"),
         ("lazy", {"penalty": 3}, "has no option"),
+        ("strict", {"forbid": "rows"}, "forbid must be one of 'bounds', 'row'"),
+        ("explicit", {"forbid": None}, "forbid must be one of"),
+        ("lazy", {"forbid": 0}, "forbid must be one of"),
     ],
 )
 def test_bad_formulation_options_raise_package_errors(formulation, options, match):
@@ -150,6 +157,23 @@ def test_forced_348_plan_is_fixed(runs, formulation):
         assert len(rounds) == 2 and rounds[0].violated == ("index_put",) and rounds[0].cuts == ("lazy.cut_000",)
         assert rounds[0].objective == pytest.approx(base.summary.objective, rel=1e-9)
         assert rounds[1].violated == () and run.summary.rounds == 2
+
+
+@pytest.mark.parametrize("formulation", ["strict", "lazy"])
+def test_bounds_and_row_forbid_the_same(runs, formulation):
+    """The default forbid (upper bounds 0, no row) and ``forbid="row"`` (one row per site) keep
+    the same strategies out: on the forced #348 case both fix the plan at the same objective with a
+    clean audit; the default adds no table row, the row mode no bound."""
+    bounds, row = runs("forced", formulation), runs("forced", formulation, forbid="row")
+    for run in (bounds, row):
+        assert run.error is None, run.error
+        assert run.audit.ok, run.audit
+    assert row.summary.objective == pytest.approx(bounds.summary.objective, rel=1e-9)
+    def table(names: list[str]) -> list[str]:
+        return [n for n in names if not n.startswith("size.")]
+
+    assert table(bounds.bounds) and not table(bounds.rows)
+    assert table(row.rows) and not table(row.bounds)
 
 
 @pytest.mark.parametrize("formulation", FORMS)

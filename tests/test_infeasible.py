@@ -39,8 +39,10 @@ class TwoPins:
     def __init__(self, *, conflicting_outputs: bool = False) -> None:
         self.conflicting_outputs = conflicting_outputs
         self.opt: Any = None
+        self.autop: Any = None
 
     def __call__(self, autop: Any) -> None:
+        self.autop = autop
         (node,) = find_nodes(autop, INDEX_PUT)
         opt = self.opt = autop.sharding_optimizer
         opt.add_node_constraint(node, RS0, constraint_name="pin_out_rs0")
@@ -65,16 +67,19 @@ def test_conflict_names_the_rule_and_the_pins(mesh, formulation, rule_constraint
     """strict with CBC (forbidden up front) and lazy with HiGHS (cut after round 0): the error names
     the table constraint that had to give, at index_put with its rule, and both pins; it is a
     package error chained to autoparallel's own infeasibility error; the problem keeps exactly its
-    constraints."""
+    constraints, and strict's forbid bounds (relaxed in the elastic copy) are set again."""
     pins = TwoPins()
     names_after: list[tuple[str, ...]] = []
     variables_after: list[list[str]] = []
+    bounds_after: list[set[float | None]] = []
     with offer_pre_fix(), pytest.raises(apc.InfeasibleConstraintsError) as info:
         try:
             run_seed(formulation, mesh, config=SMALL, configure=pins, apply=False, solver=solver)
         finally:
             names_after.append(tuple(pins.opt.prob.constraints))
             variables_after.append([v.name for v in pins.opt.prob.variables() if "diag" in v.name])
+            state = pins.autop._apc_state
+            bounds_after.append({v.upBound for b in state.additions.bounds.values() for v in b.variables})
     text = str(info.value)
     assert isinstance(info.value, apc.ConstraintsError)
     assert isinstance(info.value.__cause__, RuntimeError)  # autoparallel's infeasibility
@@ -85,6 +90,7 @@ def test_conflict_names_the_rule_and_the_pins(mesh, formulation, rule_constraint
     (names,) = names_after
     assert not [n for n in names if "diag" in n]  # the elastic re-solves ran on copies
     assert variables_after == [[]]
+    assert bounds_after == [{0}], "the diagnosis must put the plugin's bounds back"
 
 
 def test_conflict_among_pins_alone_is_not_the_tables(mesh):

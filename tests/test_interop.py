@@ -89,7 +89,7 @@ def test_resolve_and_remove_constraints_by_plugin_names(make_mesh):
         opt = autop.sharding_optimizer
         opt.add_node_constraint(node.args[0], self_p, constraint_name="pin_self")
         opt.add_node_constraint(node.args[2], values_p, constraint_name="pin_values")
-        added = autop.add_op_constraints(formulation="strict")
+        added = autop.add_op_constraints(formulation="strict", forbid="row")  # rows: removable by name
         pin = pin_strategy(autop, node, strategy_index(autop, node, illegal, self_p), name="pin_bad")
         with pytest.raises(apc.StrictConflictError, match="pin_bad"):
             autop.optimize_placement()

@@ -35,11 +35,12 @@ def _compare(ref: torch.Tensor, actual: torch.Tensor, **tol: float) -> bool:
 
 def test_reordering_noise_passes_where_a_fixed_tolerance_fails() -> None:
     """The Partial's sum in another order differs from one device by rounding only (values ~170,
-    error ~8e-5): the defaults pass it; the old fixed ``atol = rtol = 1e-5`` did not."""
+    error 8e-5 to 1.1e-4 — about 4 to 5.2 eps of the largest value, as the CPU's BLAS orders the sums):
+    the defaults pass it; the old fixed ``atol = rtol = 1e-5`` did not."""
     full, reduced, _ = _grad_pair()
     assert float(full.abs().max()) > 50
     err = float((reduced - full).abs().max())
-    assert 0 < err < 4 * torch.finfo(torch.float32).eps * float(full.abs().max())
+    assert 0 < err < 16 * torch.finfo(torch.float32).eps * float(full.abs().max())
     assert _compare(full, reduced)
     assert not _compare(full, reduced, atol=1e-5, rtol=1e-5)
 

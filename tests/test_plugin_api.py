@@ -24,12 +24,16 @@ def _problem_fingerprint(opt):
     return (tuple(prob.constraints), len(prob.variables()), str(prob.objective))
 
 
-def test_add_op_constraints_is_installed_and_reports_families(make_mesh):
+@pytest.mark.parametrize("forbid", ["bounds", "row"])
+def test_add_op_constraints_is_installed_and_reports_families(make_mesh, forbid):
     """After import, AutoParallel has add_op_constraints; names are <formulation>.<family>_<idx>
     (a swapped add strategy, self (S0,S1) with other (S1,S0), is offered so strict has something
     to forbid; square batch x seq keeps the local shapes equal, as autoparallel's cost model needs).
-    The solver avoids the offered strategy, and picks it again once the forbid rows are removed:
-    input (S1,S0), output (S0,S1) and a 512x512 batch x seq make it the cheapest plan."""
+    strict forbids by upper bounds by default (no row) and by one row with ``forbid="row"``.
+    The solver avoids the offered strategy, and picks it again once the forbid is lifted (the rows
+    removed, the bounds put back): input (S1,S0), output (S0,S1) and a 512x512 batch x seq make it
+    the cheapest plan."""
+    from autoparallel_constraints.formulations import Strict
     from autoparallel_constraints.testing import chosen_strategy, find_nodes, offer_strategy
 
     assert AutoParallel.add_op_constraints is apc.add_op_constraints
@@ -40,19 +44,30 @@ def test_add_op_constraints_is_installed_and_reports_families(make_mesh):
     with bad_add as offered, AutoParallel(model, lambda: torch.randn(512, 512, 16), make_mesh((2, 2))) as autop:
         autop.add_input_constraints([s10])
         autop.add_output_constraints([s01])
-        added = autop.add_op_constraints(["add", torch.ops.aten.mul.Tensor], formulation="strict")
+        form = "strict" if forbid == "bounds" else Strict(forbid=forbid)
+        n_rows = len(autop.sharding_optimizer.prob.constraints)
+        added = autop.add_op_constraints(["add", torch.ops.aten.mul.Tensor], formulation=form)
         assert set(added.rows) == {"aten.add.Tensor", "aten.mul.Tensor"}
         assert added.nodes and set(added.constrained_nodes) <= set(added.nodes)
-        assert added.constraint_names and all(n.startswith("strict.forbid_") for n in added.constraint_names)
-        assert set(added.constraint_names) <= set(autop.sharding_optimizer.prob.constraints)
-        assert added.constraints == {"strict.forbid": len(added.constraint_names)}
+        names = added.bound_names if forbid == "bounds" else added.constraint_names
+        assert names and all(n.startswith("strict.forbid_") for n in names)
+        assert {**added.constraints, **added.bounds} == {"strict.forbid": len(names)}
+        opt = autop.sharding_optimizer
+        if forbid == "bounds":
+            assert len(opt.prob.constraints) == n_rows and not added.constraint_names
+        else:
+            assert set(added.constraint_names) <= set(opt.prob.constraints)
         autop.optimize_placement()
         (offer,) = offered  # the one add node got the swapped strategy
         (add,) = [n for n in find_nodes(autop, torch.ops.aten.add.Tensor) if n.name == offer.node_name]
-        bad = autop.sharding_optimizer.strats[add].strategies[offer.strategy_index]
+        bad = opt.strats[add].strategies[offer.strategy_index]
         assert chosen_strategy(autop, add) is not bad, f"strict let the solver choose {bad}"
-        opt = autop.sharding_optimizer
-        opt.remove_constraints(added.constraint_names)
+        if forbid == "bounds":
+            for name in added.bound_names:
+                for var, low, up in autop._apc_state.prior_bounds[name]:
+                    var.lowBound, var.upBound = low, up
+        else:
+            opt.remove_constraints(added.constraint_names)
         assert chosen_strategy(autop, add, opt.resolve()) is bad  # what strict kept out
 
 
@@ -69,7 +84,7 @@ def test_plugin_rows_stay_behind_autoparallels_at_every_solve(make_mesh):
         model = AddMul()
     with bad_add, AutoParallel(model, lambda: torch.randn(512, 512, 16), make_mesh((2, 2))) as autop:
         autop.add_parameter_memory_constraint()
-        added = autop.add_op_constraints(["add"], formulation="strict")
+        added = autop.add_op_constraints(["add"], formulation="strict", forbid="row")
         autop.add_input_constraints([s10])  # a pin after the call
         opt = autop.sharding_optimizer
         ours = list(added.constraint_names)

@@ -2,7 +2,7 @@
 
 The public API for writing your own (guide: ``docs/formulations.md``): subclass
 :class:`Formulation`, return :class:`Additions` from ``build`` (names from the :class:`Namer`,
-bounds as :class:`Bound`, planned redistributions as :class:`Repair`), read the table
+bounds as :class:`Bound` (or :func:`forbid`, a bound or a row as the ``forbid`` option says), planned redistributions as :class:`Repair`), read the table
 :class:`Site` s with :func:`strategy_indicator` and :func:`twin_count`, and make it available
 with :func:`register_formulation`. The built-ins come in through the same door.
 """
@@ -10,7 +10,18 @@ with :func:`register_formulation`. The built-ins come in through the same door.
 from __future__ import annotations
 
 from .._problem import Site, strategy_indicator, twin_count
-from ._base import Additions, Bound, Elastic, Formulation, Namer, Repair, elastic_constraint
+from ._base import (
+    FORBID_MODES,
+    Additions,
+    Bound,
+    Elastic,
+    Formulation,
+    Namer,
+    Repair,
+    check_forbid_mode,
+    elastic_constraint,
+    forbid,
+)
 from ._pins import refuse_conflicting_pins
 from ._registry import FORMULATIONS, load_formulation, make_formulation, register_formulation, validate_formulation
 from .explicit import Explicit
@@ -19,6 +30,7 @@ from .soft import Soft
 from .strict import Strict
 
 __all__ = [
+    "FORBID_MODES",
     "FORMULATIONS",
     "Additions",
     "Bound",
@@ -31,7 +43,9 @@ __all__ = [
     "Site",
     "Soft",
     "Strict",
+    "check_forbid_mode",
     "elastic_constraint",
+    "forbid",
     "load_formulation",
     "make_formulation",
     "refuse_conflicting_pins",

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pulp
 
 from ..table import repair_targets
-from ._base import Additions, Formulation, Namer, Repair
+from ._base import Additions, Formulation, Namer, Repair, check_forbid_mode, forbid
 
 if TYPE_CHECKING:
     from autoparallel.optimize_sharding import ShardingOptimizer
@@ -42,13 +42,19 @@ class Explicit(Formulation):
     Constraints:
         (E1) link:    ∀t, o∈R_t:   r[t,o] − Σ_j x[t,0,o,j] = 0
              → Implemented in: Explicit.build()   (``explicit.link_<idx>``)
-        (E2) forbid:  ∀t with B_t∖R_t ≠ ∅:   Σ_{o∈B_t∖R_t} Σ_j x[t,0,o,j] = 0
-             → Implemented in: Explicit.build()   (``explicit.forbid_<idx>``)
+        (E2) forbid:  ∀t with B_t∖R_t ≠ ∅:   x[t,0,o,j] ≤ 0  ∀o ∈ B_t∖R_t, j   (upper bounds)
+             → Implemented in: Explicit.build()   (``explicit.forbid_<idx>``, a ``Bound`` each;
+             ``forbid="row"``: the row Σ_{o∈B_t∖R_t} Σ_j x[t,0,o,j] = 0, as strict)
     Apply: every r[t,o] = 1 becomes one named node per offending input (and per twin layer) in
     front of the op, computing σ -> τ with DTensor's redistribute (see ``_apply``).
     """
 
     name = "explicit"
+    options = {"forbid": "bounds"}
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        check_forbid_mode(self.name, self.config["forbid"])
 
     def build(self, opt: ShardingOptimizer, sites: Sequence[Site], namer: Namer) -> Additions:
         """(E1) r[t,o] − Σ_j x[t,0,o,j] = 0, objective + m_t·c[t,o]·r[t,o]; (E2) forbid the rest."""
@@ -89,7 +95,5 @@ class Explicit(Formulation):
                 )
             if unrepairable:
                 terms = [v for o in unrepairable for v in strategy_indicator(opt, site.node_idx, o)]
-                forbid = namer("forbid")
-                out.constraints[forbid] = pulp.lpSum(terms) == 0
-                out.owners[forbid] = site.root_idx
+                forbid(out, namer("forbid"), terms, root_idx=site.root_idx, mode=self.config["forbid"])
         return out

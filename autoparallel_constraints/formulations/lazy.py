@@ -6,10 +6,8 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import pulp
-
 from ..errors import InvalidOptionError
-from ._base import Additions, Formulation, Namer
+from ._base import Additions, Formulation, Namer, check_forbid_mode, forbid
 from ._pins import find_pin_conflicts, raise_pin_conflicts, refuse_all_bad
 
 if TYPE_CHECKING:
@@ -52,18 +50,20 @@ class Lazy(Formulation):
         Each round cuts at least one new site, so there are at most |{t : B_t ≠ ∅}| + 1 solves
         (option ``max_rounds`` caps them; the last plan is then reported with its violations).
     Constraints:
-        (L1) cut:  ∀t ∈ C_k:   Σ_{o∈B_t} Σ_j x[t,0,o,j] = 0
-             → Implemented in: Lazy.after_solve()   (``lazy.cut_<idx>``)
+        (L1) cut:  ∀t ∈ C_k:   x[t,0,o,j] ≤ 0  ∀o ∈ B_t, j   (upper bounds, no row)
+             → Implemented in: Lazy.after_solve()   (``lazy.cut_<idx>``, a ``Bound`` each;
+             ``forbid="row"``: the row Σ_{o∈B_t} Σ_j x[t,0,o,j] = 0, as strict)
     Guards (as strict): a site whose every strategy breaks its row raises before anything is
     added; before each solve, a user pin allowing only strategies of B_t raises
     :class:`StrictConflictError` naming the rule and the pin.
     """
 
     name = "lazy"
-    options = {"max_rounds": None}
+    options = {"max_rounds": None, "forbid": "bounds"}
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
+        check_forbid_mode(self.name, self.config["forbid"])
         rounds = self.config["max_rounds"]
         if rounds is not None and (isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1):
             raise InvalidOptionError(f"lazy: max_rounds must be a positive int or None, got {rounds!r}")
@@ -93,9 +93,7 @@ class Lazy(Formulation):
             if chosen_bad_strategy(opt, site) is None:
                 continue
             terms = [v for o in site.bad_indices for v in strategy_indicator(opt, site.node_idx, o)]
-            name = namer("cut")
-            out.constraints[name] = pulp.lpSum(terms) == 0
-            out.owners[name] = site.root_idx
+            forbid(out, namer("cut"), terms, root_idx=site.root_idx, mode=self.config["forbid"])
         if not out:
             return None
         limit = self.config["max_rounds"]
@@ -103,8 +101,8 @@ class Lazy(Formulation):
             logger.warning(
                 "lazy: stopped after %d rounds (max_rounds) with %d table sites still violated",
                 round_index + 1,
-                len(out.constraints),
+                len(out.owners),
             )
             return None
-        logger.info("lazy: round %d violated %d table sites; cutting and re-solving", round_index, len(out.constraints))
+        logger.info("lazy: round %d violated %d table sites; cutting and re-solving", round_index, len(out.owners))
         return out
