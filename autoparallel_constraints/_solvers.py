@@ -31,6 +31,13 @@ the same HiGHS instance solves the MIP, offered the relaxation's solution as a s
 (``setSolution``; HiGHS uses what of it it can). The outcome says which path was taken
 (``SolveOutcome.relaxation``: ``"integral"`` or ``"fractional (N columns)"``).
 
+On the HiGHS routes the hook also builds autoparallel's objective, ``Σ cost·(1 + linked)·x`` over
+its decision variables, in bulk (:func:`objective_in_bulk`): the same coefficients in the same
+order, as one ``LpAffineExpression`` from (variable, coefficient) pairs, where autoparallel's
+``_set_objective`` makes two expressions per variable and sums them (llama3 32 layers 8x8: 575,832
+variables; 9.6 s of a profiled 18 s highs-lp solve). CBC's route keeps autoparallel's own, so that
+a CBC comparison with autoparallel alone stays like for like.
+
 HiGHS is an optional extra (``pip install "autoparallel-constraints[highs]"``, which brings
 ``highspy``); CBC ships with PuLP.
 """
@@ -40,6 +47,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import logging
+import math
 import tempfile
 import time
 import types
@@ -68,6 +76,7 @@ __all__ = [
     "get_hook",
     "highs_available",
     "install",
+    "objective_in_bulk",
     "solve_with_highs",
     "solver_config",
     "use_solver",
@@ -527,14 +536,47 @@ class SolverHook:
         return prob.status
 
 
+def objective_in_bulk(opt: Any) -> pulp.LpAffineExpression | None:
+    """autoparallel's objective (``ShardingOptimizer._set_objective``), ``Σ_k cost_k·(1 +
+    |linked_k|)·x_k``, built from (variable, coefficient) pairs in one expression: the same
+    coefficients (``(1·cost)·multiplier``, zeros dropped, as PuLP's products do) in the same order.
+    ``None`` when the optimizer lacks the fields it reads or a cost is not finite (autoparallel's
+    own step then runs, and raises what it raises)."""
+    decision_vars = getattr(opt, "decision_vars", None)
+    linked = getattr(opt, "_root_to_linked", None)
+    if not isinstance(decision_vars, dict) or not isinstance(linked, dict):
+        return None
+    coefficients: dict[pulp.LpVariable, float] = {}
+    for key, dv in decision_vars.items():
+        cost = dv.cost
+        if not math.isfinite(cost):
+            return None
+        coef = cost * (1 + len(linked.get(key, ())))
+        if coef != 0:
+            coefficients[dv.var] = coefficients.get(dv.var, 0) + coef
+    return pulp.LpAffineExpression(coefficients)
+
+
 def install(opt: ShardingOptimizer, config: SolverConfig) -> SolverHook:
-    """Route every solve of ``opt`` through ``config``'s solver; return the hook (idempotent)."""
+    """Route every solve of ``opt`` through ``config``'s solver; return the hook (idempotent).
+    On the HiGHS routes autoparallel's objective is built in bulk (:func:`objective_in_bulk`)."""
     hook = getattr(opt, "_apc_solver", None)
     if isinstance(hook, SolverHook):
         hook.config = config
         return hook
     hook = SolverHook(opt=opt, config=config)
     opt.prob.solve = types.MethodType(hook._solve, opt.prob)  # the instance's, not LpProblem's
+    set_objective = getattr(opt, "_set_objective", None)
+    if set_objective is not None:
+
+        def _set_objective(self: Any) -> None:
+            objective = objective_in_bulk(self) if hook.config.name in HIGHS_ROUTES else None
+            if objective is None:
+                set_objective()
+            else:
+                self.prob += objective
+
+        opt._set_objective = types.MethodType(_set_objective, opt)
     opt._apc_solver = hook
     return hook
 

@@ -156,3 +156,30 @@ def test_size_rows_of_twins_are_not_built_again(llama3_sites, monkeypatch):
     assert fast, "the model must have size couplings for the comparison to mean anything"
     assert (fast, fast_notes) == (every, every_notes)
     assert fast_built < every_built, (fast_built, every_built)
+
+
+def test_highs_routes_build_autoparallels_objective_in_bulk(llama3_sites, monkeypatch):
+    """``objective_in_bulk`` is autoparallel's ``_set_objective`` term for term (same variables,
+    coefficients — twins' multipliers included — and order); an installed hook uses it on the
+    HiGHS routes and leaves CBC's route on autoparallel's own step."""
+    from autoparallel_constraints import _solvers
+
+    opt = llama3_sites[0]
+    assert opt._root_to_linked, "the model must have linked layers (multipliers > 1)"
+    type(opt)._set_objective(opt)
+    expected = (list(opt.prob.objective.items()), opt.prob.objective.constant)
+    bulk = _solvers.objective_in_bulk(opt)
+    assert (list(bulk.items()), bulk.constant) == expected
+    calls = []
+    monkeypatch.setattr(_solvers, "objective_in_bulk", lambda o: calls.append(o) or bulk)
+    try:
+        hook = _solvers.install(opt, _solvers.solver_config("highs-lp"))
+        opt._set_objective()
+        assert calls == [opt] and opt.prob.objective is bulk
+        hook.config = _solvers.solver_config("cbc")
+        opt._set_objective()
+        assert calls == [opt] and (list(opt.prob.objective.items()), opt.prob.objective.constant) == expected
+    finally:  # the module's optimizer is shared: leave it as autoparallel made it
+        for attr in ("_set_objective", "_apc_solver"):
+            opt.__dict__.pop(attr, None)
+        opt.prob.__dict__.pop("solve", None)
