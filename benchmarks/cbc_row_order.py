@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
             opt._set_objective()
             opt._apply_memory_constraint()  # as autoparallel's _solve does first
             sites, _ = find_sites(opt, default_table().select(None))
-            strict = make_formulation("strict").build(opt, sites, Namer("strict"))
+            strict = make_formulation("strict", forbid="row").build(opt, sites, Namer("strict"))  # its row, not its bounds
             columns = [v for c in strict.constraints.values() for v in c.keys()]
             print(f"{spec.description}, {args.mesh}: built in {time.perf_counter() - t0:.0f} s; "
                   f"{len(opt.prob.constraints):,} rows; strict adds {len(strict.constraints)} row(s) "

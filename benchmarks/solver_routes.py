@@ -1,0 +1,159 @@
+"""CBC or the fast exact route, on one build: autoparallel's objective and solve, route by route.
+
+Run on demand (not part of the test suite)::
+
+    python benchmarks/solver_routes.py --layers 2               # ~15 minutes here
+    python benchmarks/solver_routes.py --layers 32 --repeat 3   # Llama3-8B shapes
+
+``bench_formulations.py`` measures whole runs in fresh processes, where autoparallel's build
+swings by a third between identical runs. This one builds autoparallel's llama3 (dim 4096, 8x8,
+the lab's configuration) once, adds autoparallel's memory rows as its ``_solve`` does, finds
+strict's forbidden strategies (its default: upper bounds 0), and then times, interleaved after
+one warm-up round (the order reversed every other round), what ``optimize_placement`` does
+after the build on each route — set the objective, solve:
+
+* ``cbc``: autoparallel's own ``_set_objective``, then PuLP's CBC as autoparallel calls it;
+* ``highs-lp``: the objective in bulk (``_solvers.objective_in_bulk``, what the HiGHS routes use),
+  then the LP relaxation with HiGHS, accepted when integral, else the MIP;
+* ``highs-lp-own``: autoparallel's own ``_set_objective``, then the same HiGHS solve (what the
+  bulk objective saves);
+* ``strict-cbc``, ``strict-highs-lp``: as ``cbc`` and ``highs-lp`` with strict's bounds set (the
+  solve with the plugin's forbidding against the solve without, per solver; the size couplings
+  every formulation also adds are not in this problem).
+
+Printed per variant: CPU seconds (this process + the CBC child) of the objective and of the solve,
+median [min-max], the ratio to ``cbc`` paired by round, the objective (which must be equal), and
+the relaxation's verdict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import tempfile
+import time
+from typing import Any
+
+VARIANTS = ("cbc", "highs-lp", "highs-lp-own", "strict-cbc", "strict-highs-lp")
+
+
+def _cpu() -> float:
+    """CPU seconds of this process and its waited-for children (CBC)."""
+    return sum(r.ru_utime + r.ru_stime for r in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
+
+
+def _spread(values: list[float], fmt: str = ".2f") -> str:
+    return f"{statistics.median(values):{fmt}} [{min(values):{fmt}}-{max(values):{fmt}}]"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--dim", type=int, default=4096)
+    parser.add_argument("--mesh", default="8x8")
+    parser.add_argument("--size", default="full", choices=("full", "tiny"), help="tiny: the tests' llama3 (seconds)")
+    parser.add_argument("--repeat", type=int, default=3, help="measured rounds after one warm-up round")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    variants = args.variants.split(",")
+    unknown = sorted(set(variants) - set(VARIANTS))
+    if unknown:
+        parser.error(f"unknown variants {unknown}; choose from {', '.join(VARIANTS)}")
+
+    import pulp
+    from autoparallel.api import AutoParallel
+
+    import autoparallel_constraints  # noqa: F401
+    from autoparallel_constraints._lab import lab_model
+    from autoparallel_constraints._problem import find_sites
+    from autoparallel_constraints._solvers import objective_in_bulk, solve_with_highs
+    from autoparallel_constraints.formulations import Namer, make_formulation
+    from autoparallel_constraints.table import default_table
+    from autoparallel_constraints.testing import cpu_mesh, device_name, fresh_strategy_cache
+
+    shape = tuple(int(x) for x in args.mesh.lower().split("x"))
+    spec = lab_model("llama3", shape, size=args.size, layers=args.layers, dim=args.dim)
+    mesh = cpu_mesh(shape, spec.mesh_dim_names)
+    results: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
+    with device_name(), fresh_strategy_cache():
+        t0 = time.perf_counter()
+        with AutoParallel(spec.model, spec.input_fn, mesh, spec.mp_policy) as autop:
+            autop.add_input_constraints(list(spec.input_placements))
+            autop.add_output_constraints(list(spec.output_placements))
+            autop.add_parameter_memory_constraint()
+            opt = autop.sharding_optimizer
+            own_objective = type(opt)._set_objective
+            own_objective(opt)
+            opt._apply_memory_constraint()  # as autoparallel's _solve does first
+            sites, _ = find_sites(opt, default_table().select(None))
+            strict = make_formulation("strict").build(opt, sites, Namer("strict"))
+            columns = [v for bound in strict.bounds.values() for v in bound.variables]
+            print(f"{spec.description}, {args.mesh}: built in {time.perf_counter() - t0:.0f} s; "
+                  f"{len(opt.decision_vars):,} decision variables, {len(opt.prob.constraints):,} rows; "
+                  f"strict fixes {len(columns)} columns at 0 ({len(strict.bounds)} bound entries)", flush=True)
+
+            def run(variant: str) -> dict[str, Any]:
+                old = [(v, v.upBound) for v in columns]
+                if variant.startswith("strict-"):
+                    for v in columns:
+                        v.upBound = 0
+                c0 = _cpu()
+                if variant in ("highs-lp", "strict-highs-lp"):
+                    opt.prob += objective_in_bulk(opt)
+                else:
+                    own_objective(opt)
+                c1 = _cpu()
+                relaxation = None
+                if variant.endswith("cbc"):
+                    with tempfile.TemporaryDirectory() as tmpdir:
+                        solver = pulp.PULP_CBC_CMD(msg=False)
+                        solver.tmpDir = tmpdir
+                        pulp.LpProblem.solve(opt.prob, solver)
+                else:
+                    relaxation = solve_with_highs(opt.prob, relax_first=True).relaxation
+                c2 = _cpu()
+                for v, up in old:
+                    v.upBound = up
+                return {"objective_cpu_s": c1 - c0, "solve_cpu_s": c2 - c1, "total_cpu_s": c2 - c0,
+                        "objective": float(pulp.value(opt.prob.objective)), "status": pulp.LpStatus[opt.prob.status],
+                        "relaxation": relaxation}
+
+            for round_index in range(args.repeat + 1):
+                for variant in variants if round_index % 2 == 0 else variants[::-1]:
+                    r = run(variant)
+                    tag = "warm-up" if round_index == 0 else f"round {round_index}"
+                    print(f"  {tag:8} {variant:16} objective set {r['objective_cpu_s']:6.2f} s  solve "
+                          f"{r['solve_cpu_s']:7.2f} s  objective {r['objective']:.4f} {r['status']}"
+                          + (f", relaxation {r['relaxation']}" if r["relaxation"] else ""), flush=True)
+                    if round_index:
+                        results[variant].append(r)
+
+    print(f"\nCPU seconds (process + CBC child), median [min-max] of {args.repeat} rounds after a warm-up; "
+          "ratios paired by round:")
+    base = results.get("cbc")
+    for variant in variants:
+        rs = results[variant]
+        line = (f"  {variant:16} objective set {_spread([r['objective_cpu_s'] for r in rs])}  solve "
+                f"{_spread([r['solve_cpu_s'] for r in rs])}  both {_spread([r['total_cpu_s'] for r in rs])}")
+        if base and variant != "cbc":
+            ratios = [r["total_cpu_s"] / b["total_cpu_s"] for r, b in zip(rs, base)]
+            line += f"   / cbc: {_spread(ratios, '.3f')}"
+        objectives = sorted({round(r["objective"], 4) for r in rs})
+        verdicts = sorted({r["relaxation"] for r in rs if r["relaxation"]})
+        print(line + f"   objective {', '.join(map(str, objectives))}"
+              + (f"   relaxation {', '.join(verdicts)}" if verdicts else ""))
+    for variant, against in (("strict-cbc", "cbc"), ("strict-highs-lp", "highs-lp"), ("highs-lp", "highs-lp-own")):
+        if variant in results and against in results:
+            ratios = [r["total_cpu_s"] / b["total_cpu_s"] for r, b in zip(results[variant], results[against])]
+            print(f"  {variant} / {against}: {_spread(ratios, '.3f')}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"layers": args.layers, "dim": args.dim, "mesh": args.mesh, "size": args.size, "runs": results}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
