@@ -185,7 +185,8 @@ def solve_with_highs(
     otherwise restore the integrality and solve the MIP, offered the relaxation's solution.
 
     The problem goes over as arrays (:func:`_highs_model`): single-term constraints become column
-    bounds and columns fixed at 0 that way are not passed (their value is 0). On llama3 2 layers,
+    bounds and columns fixed at 0 (that way, or by their own bounds, as the plugin's formulations
+    forbid by default) are not passed (their value is 0). On llama3 2 layers,
     8x8 that removes 108k of 122k rows and 105k of 324k columns before HiGHS's presolve (HiGHS
     time 8.1 s -> 6.9 s there).
     """
@@ -270,7 +271,7 @@ class _HighsModel:
     """``prob`` as HiGHS's arrays (row-wise matrix), and the PuLP variable of each column."""
 
     columns: list[pulp.LpVariable]
-    left_out: list[pulp.LpVariable]  # fixed at 0 by singleton rows: not passed, their value is 0
+    left_out: list[pulp.LpVariable]  # fixed at 0 (both bounds 0): not passed, their value is 0
     offset: float
     cost: Any
     lower: Any
@@ -288,7 +289,8 @@ def _highs_model(prob: pulp.LpProblem, inf: float) -> _HighsModel:
     (on llama3 32 layers the conversion was a third of the highs-lp solve).
 
     Rows are the constraints with two or more terms, in order; single-term constraints become
-    column bounds, and columns fixed at 0 that way are left out. Columns are numbered in order of
+    column bounds, and columns fixed at 0 (both bounds 0, from those rows or their own bounds)
+    are left out. Columns are numbered in order of
     first appearance (rows, then the objective, then variables only singleton rows mention).
     """
     import numpy as np
@@ -346,16 +348,28 @@ def _highs_model(prob: pulp.LpProblem, inf: float) -> _HighsModel:
     variables.extend(var_of.values())
 
     # Column numbers by first appearance, columns fixed at 0 left out (-1): np.unique's sort
-    # instead of a dict lookup per entry.
-    dropped = {key for key, (lo, hi) in bounds.items() if lo == 0 and hi == 0}
+    # instead of a dict lookup per entry. Fixed at 0 means both bounds 0, from singleton rows or
+    # from the variable's own bounds (how strict, lazy and explicit forbid by default).
     uniq, first, inverse = np.unique(np.array(ids, dtype=np.int64), return_index=True, return_inverse=True)
-    left_out = np.isin(uniq, np.fromiter(dropped, dtype=np.int64, count=len(dropped)))
-    first[left_out] = len(ids)  # after every kept one
+    uvars = list(map(variables.__getitem__, first.tolist()))
+    lower = np.array([v.lowBound for v in uvars], dtype=np.float64)  # None -> nan
+    upper = np.array([v.upBound for v in uvars], dtype=np.float64)
+    lower[np.isnan(lower)] = -inf
+    upper[np.isnan(upper)] = inf
+    if bounds:  # the singleton rows' bounds (they already start from the variable's own)
+        at = np.searchsorted(uniq, np.fromiter(bounds, dtype=np.int64, count=len(bounds)))
+        lo_hi = np.array(list(bounds.values()), dtype=np.float64).reshape(-1, 2)
+        lower[at], upper[at] = lo_hi[:, 0], lo_hi[:, 1]
+    fixed0 = (lower == 0) & (upper == 0)
+    first[fixed0] = len(ids)  # after every kept one
     order = np.argsort(first, kind="stable")
-    n_cols = int(len(uniq) - left_out.sum())
+    n_cols = int(len(uniq) - fixed0.sum())
+    kept = order[:n_cols]
     col_of = np.full(len(uniq), -1, dtype=np.int64)
-    col_of[order[:n_cols]] = np.arange(n_cols)
-    columns = list(map(variables.__getitem__, first[order[:n_cols]].tolist()))
+    col_of[kept] = np.arange(n_cols)
+    columns = list(map(uvars.__getitem__, kept.tolist()))
+    left_out = list(map(uvars.__getitem__, np.flatnonzero(fixed0).tolist()))
+    lower, upper = lower[kept], upper[kept]
     col = col_of[inverse.reshape(-1)]
 
     a_index = col[:n_entries]
@@ -374,18 +388,10 @@ def _highs_model(prob: pulp.LpProblem, inf: float) -> _HighsModel:
         coefs = np.fromiter(objective.values(), dtype=np.float64, count=n_obj)
         cost[obj_cols[used]] = sign * coefs[used]
 
-    lower = np.array([v.lowBound for v in columns], dtype=np.float64)  # None -> nan
-    upper = np.array([v.upBound for v in columns], dtype=np.float64)
-    lower[np.isnan(lower)] = -inf
-    upper[np.isnan(upper)] = inf
-    bound_cols = col[n_entries + n_obj :]
-    for j, (lo, hi) in zip(bound_cols.tolist(), bounds.values()):
-        if j >= 0:
-            lower[j], upper[j] = lo, hi
     integrality = np.array([v.cat == pulp.LpInteger for v in columns], dtype=np.int32)
     return _HighsModel(
         columns=columns,
-        left_out=[var_of[key] for key in dropped],
+        left_out=left_out,
         offset=sign * float(objective.constant),
         cost=cost,
         lower=lower,

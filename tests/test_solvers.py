@@ -228,8 +228,9 @@ def test_highs_lp_gives_cbcs_objective_on_the_seed_block_and_llama3(make_mesh):
 def _mixed_problem(seed: int) -> pulp.LpProblem:
     """A small feasible MILP with everything the bulk conversion handles: binaries and continuous
     columns (free, one-sided, boxed), LE/GE/EQ rows, singleton rows of either sign that fix or
-    bound a column, a zero-coefficient singleton, columns only the objective or only a singleton
-    names, an objective constant, minimize or maximize. Rows hold at a random integral point, so it
+    bound a column, a zero-coefficient singleton, a binary its own bounds fix at 0 (how the
+    plugin forbids), columns only the objective or only a singleton names, an objective constant,
+    minimize or maximize. Rows hold at a random integral point, so it
     is feasible; only boxed columns carry cost, so it is bounded."""
     rng = random.Random(seed)
     prob = pulp.LpProblem(f"mixed_{seed}", pulp.LpMaximize if seed % 3 == 0 else pulp.LpMinimize)
@@ -238,10 +239,16 @@ def _mixed_problem(seed: int) -> pulp.LpProblem:
     point = {v.name: rng.randint(0, 1) for v in xs} | {v.name: rng.randint(-2, 4) for v in ys}
     only_objective = pulp.LpVariable("z", lowBound=0, upBound=2)
     only_singleton = pulp.LpVariable("w", lowBound=-1, upBound=4)
+    forbidden = pulp.LpVariable("f", cat=pulp.LpBinary)
+    forbidden.upBound = 0
+    point[forbidden.name] = 0
     boxed = [y for y in ys if y.lowBound is not None and y.upBound is not None]
-    prob += pulp.lpSum(rng.uniform(-3, 3) * v for v in [*xs, *boxed, only_objective]) + 2.5
+    # f's cost would take it to 1 in either sense, were it not fixed
+    prob += pulp.lpSum(rng.uniform(-3, 3) * v for v in [*xs, *boxed, only_objective]) + 2.5 + (
+        (5 if prob.sense == pulp.LpMaximize else -5) * forbidden)
+    prob += xs[0] + forbidden <= 1 + point[xs[0].name]
     for k in range(8):
-        terms = [(rng.choice([-2, -1, 1, 3]), v) for v in rng.sample([*xs, *ys], rng.randint(2, 6))]
+        terms = [(rng.choice([-2, -1, 1, 3]), v) for v in rng.sample([*xs, *ys, forbidden], rng.randint(2, 6))]
         expr = pulp.lpSum(a * v for a, v in terms)
         at = sum(a * point[v.name] for a, v in terms)
         prob += [expr <= at + rng.randint(0, 2), expr >= at - rng.randint(0, 2), expr == at][k % 3]
@@ -253,6 +260,24 @@ def _mixed_problem(seed: int) -> pulp.LpProblem:
     prob += 0 * xs[0] <= 1
     prob += only_singleton >= 1
     return prob
+
+
+def test_highs_model_leaves_out_columns_fixed_at_zero_by_rows_or_their_own_bounds():
+    """Columns whose bounds are both 0, whether from singleton rows (autoparallel's ``x == 0``) or
+    set on the variable (strict's bounds), are not passed to HiGHS: presolve need not remove them."""
+    import highspy
+
+    prob = _mixed_problem(1)
+    model = _solvers._highs_model(prob, highspy.kHighsInf)
+    passed = {v.name for v in model.columns}
+    left_out = {v.name for v in model.left_out}
+    fixed_by_rows = {next(iter(c.expr)).name for c in prob.constraints.values()
+                     if len(c.expr) == 1 and c.sense == pulp.LpConstraintEQ and c.constant == 0}
+    assert "f" in left_out and fixed_by_rows and fixed_by_rows <= left_out
+    assert not passed & left_out
+    assert passed | left_out == {v.name for v in prob.variables()}
+    assert len(model.cost) == len(model.lower) == len(model.integrality) == len(passed)
+    assert model.a_index.max() < len(passed) and len(model.a_index) == model.starts[-1]
 
 
 @pytest.mark.parametrize("seed", range(24))
