@@ -161,12 +161,14 @@ def _highs_status(model_status: Any, feasible: bool) -> tuple[int, int, bool]:
 @dataclass(frozen=True, slots=True)
 class HighsRun:
     """What :func:`solve_with_highs` saw: the MIP gap when stopped early, whether the time limit
-    hit, and with ``relax_first`` the relaxation's verdict and seconds."""
+    hit, with ``relax_first`` the relaxation's verdict and seconds, and HiGHS's simplex
+    iterations over the whole call (the path HiGHS took: benchmarks compare it between problems)."""
 
     gap: float | None
     hit: bool
     relaxation: str | None = None  # "integral", "fractional (N columns)", or None: not tried
     relaxation_seconds: float = 0.0
+    simplex_iterations: int = 0
 
 
 def solve_with_highs(
@@ -263,7 +265,8 @@ def solve_with_highs(
         for var in model.left_out:  # fixed at 0
             var.varValue = 0.0
     prob.assignStatus(status, sol_status)
-    return HighsRun(gap=gap, hit=hit, relaxation=relaxation, relaxation_seconds=relaxation_seconds)
+    return HighsRun(gap=gap, hit=hit, relaxation=relaxation, relaxation_seconds=relaxation_seconds,
+                    simplex_iterations=int(h.getInfo().simplex_iteration_count))
 
 
 @dataclass(frozen=True, slots=True)

@@ -280,6 +280,14 @@ def test_highs_model_leaves_out_columns_fixed_at_zero_by_rows_or_their_own_bound
     assert model.a_index.max() < len(passed) and len(model.a_index) == model.starts[-1]
 
 
+def test_highs_run_reports_the_simplex_iterations_it_took():
+    """``HighsRun.simplex_iterations`` is HiGHS's own count (the path the benchmarks compare):
+    a problem presolve cannot finish takes some, the same problem again takes as many."""
+    runs = [_solvers.solve_with_highs(_mixed_problem(0), relax_first=True) for _ in range(2)]
+    assert runs[0].simplex_iterations > 0
+    assert runs[0].simplex_iterations == runs[1].simplex_iterations
+
+
 @pytest.mark.parametrize("seed", range(24))
 def test_highs_bulk_conversion_solves_what_cbc_solves(seed):
     """HiGHS receives ``prob`` as arrays built in bulk (singleton rows as bounds, fixed columns left
