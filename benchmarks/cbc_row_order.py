@@ -29,7 +29,6 @@ import json
 import resource
 import statistics
 import tempfile
-import time
 from typing import Any
 
 VARIANTS = ("none", "row_last", "row_before_memory", "bounds")
@@ -53,72 +52,56 @@ def main(argv: list[str] | None = None) -> int:
     variants = args.variants.split(",")
 
     import pulp
-    from autoparallel.api import AutoParallel
+    from _one_build import llama3_up_to_the_solve
 
-    import autoparallel_constraints  # noqa: F401
-    from autoparallel_constraints._lab import lab_model
-    from autoparallel_constraints._problem import find_sites
     from autoparallel_constraints.formulations import Namer, make_formulation
-    from autoparallel_constraints.table import default_table
-    from autoparallel_constraints.testing import cpu_mesh, device_name, fresh_strategy_cache
 
-    shape = tuple(int(x) for x in args.mesh.lower().split("x"))
-    spec = lab_model("llama3", shape, size="full", layers=args.layers, dim=args.dim)
-    mesh = cpu_mesh(shape, spec.mesh_dim_names)
     results: dict[str, list[dict[str, float]]] = {v: [] for v in variants}
-    with device_name(), fresh_strategy_cache():
-        t0 = time.perf_counter()
-        with AutoParallel(spec.model, spec.input_fn, mesh, spec.mp_policy) as autop:
-            autop.add_input_constraints(list(spec.input_placements))
-            autop.add_output_constraints(list(spec.output_placements))
-            autop.add_parameter_memory_constraint()
-            opt = autop.sharding_optimizer
-            opt._set_objective()
-            opt._apply_memory_constraint()  # as autoparallel's _solve does first
-            sites, _ = find_sites(opt, default_table().select(None))
-            strict = make_formulation("strict", forbid="row").build(opt, sites, Namer("strict"))  # its row, not its bounds
-            columns = [v for c in strict.constraints.values() for v in c.keys()]
-            print(f"{spec.description}, {args.mesh}: built in {time.perf_counter() - t0:.0f} s; "
-                  f"{len(opt.prob.constraints):,} rows; strict adds {len(strict.constraints)} row(s) "
-                  f"over {len(columns)} columns", flush=True)
+    with llama3_up_to_the_solve(mesh=args.mesh, layers=args.layers, dim=args.dim) as build:
+        spec, opt, sites = build.spec, build.opt, build.sites
+        strict = make_formulation("strict", forbid="row").build(opt, sites, Namer("strict"))  # its row, not its bounds
+        columns = [v for c in strict.constraints.values() for v in c.keys()]
+        print(f"{spec.description}, {args.mesh}: built in {build.seconds:.0f} s; "
+              f"{len(opt.prob.constraints):,} rows; strict adds {len(strict.constraints)} row(s) "
+              f"over {len(columns)} columns", flush=True)
 
-            def arrange(variant: str) -> Any:
-                """Put the problem in ``variant``'s form; return what undoes it."""
-                prob = opt.prob
-                if variant in ("row_last", "row_before_memory"):
-                    memory = {n: prob.constraints.pop(n) for n in MEMORY_ROWS} if variant == "row_before_memory" else {}
-                    for name, constraint in strict.constraints.items():
-                        prob.addConstraint(constraint, name)
-                    for name, constraint in memory.items():
-                        prob.constraints[name] = constraint
-                    return lambda: [prob.constraints.pop(n) for n in strict.constraints]
-                if variant == "bounds":
-                    old = [(v, v.upBound) for v in columns]
-                    for v in columns:
-                        v.upBound = 0
-                    return lambda: [setattr(v, "upBound", up) for v, up in old]
-                return lambda: None
+        def arrange(variant: str) -> Any:
+            """Put the problem in ``variant``'s form; return what undoes it."""
+            prob = opt.prob
+            if variant in ("row_last", "row_before_memory"):
+                memory = {n: prob.constraints.pop(n) for n in MEMORY_ROWS} if variant == "row_before_memory" else {}
+                for name, constraint in strict.constraints.items():
+                    prob.addConstraint(constraint, name)
+                for name, constraint in memory.items():
+                    prob.constraints[name] = constraint
+                return lambda: [prob.constraints.pop(n) for n in strict.constraints]
+            if variant == "bounds":
+                old = [(v, v.upBound) for v in columns]
+                for v in columns:
+                    v.upBound = 0
+                return lambda: [setattr(v, "upBound", up) for v, up in old]
+            return lambda: None
 
-            for round_index in range(args.repeat + 1):
-                order = variants if round_index % 2 == 0 else variants[::-1]
-                for variant in order:
-                    undo = arrange(variant)
-                    child, own = _cpu(resource.RUSAGE_CHILDREN), _cpu(resource.RUSAGE_SELF)
-                    with tempfile.TemporaryDirectory() as tmpdir:
-                        solver = pulp.PULP_CBC_CMD(msg=False)
-                        solver.tmpDir = tmpdir
-                        opt.prob.solve(solver)
-                    run = {
-                        "cbc_cpu_s": _cpu(resource.RUSAGE_CHILDREN) - child,
-                        "pulp_cpu_s": _cpu(resource.RUSAGE_SELF) - own,
-                        "objective": float(pulp.value(opt.prob.objective)),
-                    }
-                    undo()
-                    tag = "warm-up" if round_index == 0 else f"round {round_index}"
-                    print(f"  {tag:8} {variant:18} CBC {run['cbc_cpu_s']:7.1f} s  PuLP {run['pulp_cpu_s']:6.1f} s  "
-                          f"objective {run['objective']:.4f}", flush=True)
-                    if round_index:
-                        results[variant].append(run)
+        for round_index in range(args.repeat + 1):
+            order = variants if round_index % 2 == 0 else variants[::-1]
+            for variant in order:
+                undo = arrange(variant)
+                child, own = _cpu(resource.RUSAGE_CHILDREN), _cpu(resource.RUSAGE_SELF)
+                with tempfile.TemporaryDirectory() as tmpdir:
+                    solver = pulp.PULP_CBC_CMD(msg=False)
+                    solver.tmpDir = tmpdir
+                    opt.prob.solve(solver)
+                run = {
+                    "cbc_cpu_s": _cpu(resource.RUSAGE_CHILDREN) - child,
+                    "pulp_cpu_s": _cpu(resource.RUSAGE_SELF) - own,
+                    "objective": float(pulp.value(opt.prob.objective)),
+                }
+                undo()
+                tag = "warm-up" if round_index == 0 else f"round {round_index}"
+                print(f"  {tag:8} {variant:18} CBC {run['cbc_cpu_s']:7.1f} s  PuLP {run['pulp_cpu_s']:6.1f} s  "
+                      f"objective {run['objective']:.4f}", flush=True)
+                if round_index:
+                    results[variant].append(run)
 
     print(f"\nCBC CPU seconds, median [min-max] of {args.repeat} rounds after a warm-up:")
     base = results.get("none")

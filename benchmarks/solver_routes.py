@@ -34,7 +34,6 @@ import json
 import resource
 import statistics
 import tempfile
-import time
 from typing import Any
 
 VARIANTS = ("cbc", "highs-lp", "highs-lp-own", "strict-cbc", "strict-highs-lp")
@@ -65,74 +64,58 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown variants {unknown}; choose from {', '.join(VARIANTS)}")
 
     import pulp
-    from autoparallel.api import AutoParallel
+    from _one_build import llama3_up_to_the_solve
 
-    import autoparallel_constraints  # noqa: F401
-    from autoparallel_constraints._lab import lab_model
-    from autoparallel_constraints._problem import find_sites
     from autoparallel_constraints._solvers import objective_in_bulk, solve_with_highs
     from autoparallel_constraints.formulations import Namer, make_formulation
-    from autoparallel_constraints.table import default_table
-    from autoparallel_constraints.testing import cpu_mesh, device_name, fresh_strategy_cache
 
-    shape = tuple(int(x) for x in args.mesh.lower().split("x"))
-    spec = lab_model("llama3", shape, size=args.size, layers=args.layers, dim=args.dim)
-    mesh = cpu_mesh(shape, spec.mesh_dim_names)
     results: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
-    with device_name(), fresh_strategy_cache():
-        t0 = time.perf_counter()
-        with AutoParallel(spec.model, spec.input_fn, mesh, spec.mp_policy) as autop:
-            autop.add_input_constraints(list(spec.input_placements))
-            autop.add_output_constraints(list(spec.output_placements))
-            autop.add_parameter_memory_constraint()
-            opt = autop.sharding_optimizer
-            own_objective = type(opt)._set_objective
-            own_objective(opt)
-            opt._apply_memory_constraint()  # as autoparallel's _solve does first
-            sites, _ = find_sites(opt, default_table().select(None))
-            strict = make_formulation("strict").build(opt, sites, Namer("strict"))
-            columns = [v for bound in strict.bounds.values() for v in bound.variables]
-            print(f"{spec.description}, {args.mesh}: built in {time.perf_counter() - t0:.0f} s; "
-                  f"{len(opt.decision_vars):,} decision variables, {len(opt.prob.constraints):,} rows; "
-                  f"strict fixes {len(columns)} columns at 0 ({len(strict.bounds)} bound entries)", flush=True)
+    with llama3_up_to_the_solve(mesh=args.mesh, layers=args.layers, dim=args.dim, size=args.size) as build:
+        spec, opt, sites = build.spec, build.opt, build.sites
+        own_objective = type(opt)._set_objective  # autoparallel's step, as the cbc routes use it
+        strict = make_formulation("strict").build(opt, sites, Namer("strict"))
+        columns = [v for bound in strict.bounds.values() for v in bound.variables]
+        print(f"{spec.description}, {args.mesh}: built in {build.seconds:.0f} s; "
+              f"{len(opt.decision_vars):,} decision variables, {len(opt.prob.constraints):,} rows; "
+              f"strict fixes {len(columns)} columns at 0 ({len(strict.bounds)} bound entries)", flush=True)
 
-            def run(variant: str) -> dict[str, Any]:
-                old = [(v, v.upBound) for v in columns]
-                if variant.startswith("strict-"):
-                    for v in columns:
-                        v.upBound = 0
-                c0 = _cpu()
-                if variant in ("highs-lp", "strict-highs-lp"):
-                    opt.prob += objective_in_bulk(opt)
-                else:
-                    own_objective(opt)
-                c1 = _cpu()
-                relaxation, iterations = None, None
-                if variant.endswith("cbc"):
-                    with tempfile.TemporaryDirectory() as tmpdir:
-                        solver = pulp.PULP_CBC_CMD(msg=False)
-                        solver.tmpDir = tmpdir
-                        pulp.LpProblem.solve(opt.prob, solver)
-                else:
-                    highs = solve_with_highs(opt.prob, relax_first=True)
-                    relaxation, iterations = highs.relaxation, highs.simplex_iterations
-                c2 = _cpu()
-                for v, up in old:
-                    v.upBound = up
-                return {"objective_cpu_s": c1 - c0, "solve_cpu_s": c2 - c1, "total_cpu_s": c2 - c0,
-                        "objective": float(pulp.value(opt.prob.objective)), "status": pulp.LpStatus[opt.prob.status],
-                        "relaxation": relaxation, "simplex_iterations": iterations}
+        def run(variant: str) -> dict[str, Any]:
+            old = [(v, v.upBound) for v in columns]
+            if variant.startswith("strict-"):
+                for v in columns:
+                    v.upBound = 0
+            c0 = _cpu()
+            if variant in ("highs-lp", "strict-highs-lp"):
+                opt.prob += objective_in_bulk(opt)
+            else:
+                own_objective(opt)
+            c1 = _cpu()
+            relaxation, iterations = None, None
+            if variant.endswith("cbc"):
+                with tempfile.TemporaryDirectory() as tmpdir:
+                    solver = pulp.PULP_CBC_CMD(msg=False)
+                    solver.tmpDir = tmpdir
+                    pulp.LpProblem.solve(opt.prob, solver)
+            else:
+                highs = solve_with_highs(opt.prob, relax_first=True)
+                relaxation, iterations = highs.relaxation, highs.simplex_iterations
+            c2 = _cpu()
+            for v, up in old:
+                v.upBound = up
+            return {"objective_cpu_s": c1 - c0, "solve_cpu_s": c2 - c1, "total_cpu_s": c2 - c0,
+                    "objective": float(pulp.value(opt.prob.objective)), "status": pulp.LpStatus[opt.prob.status],
+                    "relaxation": relaxation, "simplex_iterations": iterations}
 
-            for round_index in range(args.repeat + 1):
-                for variant in variants if round_index % 2 == 0 else variants[::-1]:
-                    r = run(variant)
-                    tag = "warm-up" if round_index == 0 else f"round {round_index}"
-                    print(f"  {tag:8} {variant:16} objective set {r['objective_cpu_s']:6.2f} s  solve "
-                          f"{r['solve_cpu_s']:7.2f} s  objective {r['objective']:.4f} {r['status']}"
-                          + (f", relaxation {r['relaxation']}, {r['simplex_iterations']:,} simplex iterations"
-                             if r["relaxation"] else ""), flush=True)
-                    if round_index:
-                        results[variant].append(r)
+        for round_index in range(args.repeat + 1):
+            for variant in variants if round_index % 2 == 0 else variants[::-1]:
+                r = run(variant)
+                tag = "warm-up" if round_index == 0 else f"round {round_index}"
+                print(f"  {tag:8} {variant:16} objective set {r['objective_cpu_s']:6.2f} s  solve "
+                      f"{r['solve_cpu_s']:7.2f} s  objective {r['objective']:.4f} {r['status']}"
+                      + (f", relaxation {r['relaxation']}, {r['simplex_iterations']:,} simplex iterations"
+                         if r["relaxation"] else ""), flush=True)
+                if round_index:
+                    results[variant].append(r)
 
     print(f"\nCPU seconds (process + CBC child), median [min-max] of {args.repeat} rounds after a warm-up; "
           "ratios paired by round:")
