@@ -199,6 +199,7 @@ def add_op_constraints(
         objective_terms=list(additions.objective),
         prior_bounds=prior_bounds,
     )
+    state.solver.held_back = state.held_back  # highs-lp: autoparallel's problem first, then the plugin's part
     _install_optimizer_hooks(opt, state)
     self._apc_state = state
     # autoparallel's save() keeps this log and load() replays it by method name: the entry makes

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from ._problem import Site
     from ._report import ConstraintReport
-    from ._solvers import SolverHook
+    from ._solvers import HeldBack, SolverHook
     from .formulations import Additions, Formulation, Namer
     from .table import OpRule, Table
 
@@ -115,6 +115,17 @@ class PluginState:
     @property
     def optimizer(self) -> ShardingOptimizer:
         return self.autop.sharding_optimizer
+
+    def held_back(self) -> HeldBack:
+        """The plugin's part of the problem — its rows, and its variables with the bounds they had
+        before it — for a staged HiGHS solve (``_solvers.solve_with_highs``)."""
+        from ._solvers import HeldBack
+
+        prior: dict[int, tuple[Any, float | None, float | None]] = {}
+        for entries in self.prior_bounds.values():  # in the order set: the first entry is the original
+            for var, low, up in entries:
+                prior.setdefault(id(var), (var, low, up))
+        return HeldBack(rows=frozenset(self.additions.constraints), prior=prior)
 
     def planned_redistributes(self, placement: dict[torch.fx.Node, Any]) -> list[PlannedRedistribute]:
         """The plugin redistributions the given plan needs, one per (node, offending input).

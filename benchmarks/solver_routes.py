@@ -2,7 +2,7 @@
 
 Run on demand (not part of the test suite)::
 
-    python benchmarks/solver_routes.py --layers 2               # ~15 minutes here
+    python benchmarks/solver_routes.py --layers 2               # ~8 minutes here
     python benchmarks/solver_routes.py --layers 32 --repeat 3   # Llama3-8B shapes
 
 ``bench_formulations.py`` measures whole runs in fresh processes, where autoparallel's build
@@ -19,7 +19,10 @@ after the build on each route — set the objective, solve:
   bulk objective saves);
 * ``strict-cbc``, ``strict-highs-lp``: as ``cbc`` and ``highs-lp`` with strict's bounds set (the
   solve with the plugin's forbidding against the solve without, per solver; the size couplings
-  every formulation also adds are not in this problem).
+  every formulation also adds are not in this problem);
+* ``staged-highs-lp``: as ``strict-highs-lp``, staged as ``add_op_constraints`` does on highs-lp
+  (``solve_with_highs(held_back=...)``): the problem without strict's bounds first, then the
+  bounds set on that HiGHS instance and the LP re-solved from its basis.
 
 Printed per variant: CPU seconds (this process + the CBC child) of the objective and of the solve,
 median [min-max], the ratio to ``cbc`` paired by round, the objective (which must be equal), and
@@ -36,7 +39,7 @@ import statistics
 import tempfile
 from typing import Any
 
-VARIANTS = ("cbc", "highs-lp", "highs-lp-own", "strict-cbc", "strict-highs-lp")
+VARIANTS = ("cbc", "highs-lp", "highs-lp-own", "strict-cbc", "strict-highs-lp", "staged-highs-lp")
 
 
 def _cpu() -> float:
@@ -66,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     import pulp
     from _one_build import llama3_up_to_the_solve
 
-    from autoparallel_constraints._solvers import objective_in_bulk, solve_with_highs
+    from autoparallel_constraints._solvers import HeldBack, objective_in_bulk, solve_with_highs
     from autoparallel_constraints.formulations import Namer, make_formulation
 
     results: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
@@ -81,11 +84,17 @@ def main(argv: list[str] | None = None) -> int:
 
         def run(variant: str) -> dict[str, Any]:
             old = [(v, v.upBound) for v in columns]
-            if variant.startswith("strict-"):
+            held = None
+            if variant.startswith(("strict-", "staged-")):
+                if variant.startswith("staged-"):  # what the plugin's state hands the hook
+                    prior: dict[int, Any] = {}
+                    for v in columns:
+                        prior.setdefault(id(v), (v, v.lowBound, v.upBound))
+                    held = HeldBack(rows=frozenset(), prior=prior)
                 for v in columns:
                     v.upBound = 0
             c0 = _cpu()
-            if variant in ("highs-lp", "strict-highs-lp"):
+            if variant in ("highs-lp", "strict-highs-lp", "staged-highs-lp"):
                 opt.prob += objective_in_bulk(opt)
             else:
                 own_objective(opt)
@@ -97,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                     solver.tmpDir = tmpdir
                     pulp.LpProblem.solve(opt.prob, solver)
             else:
-                highs = solve_with_highs(opt.prob, relax_first=True)
+                highs = solve_with_highs(opt.prob, relax_first=True, held_back=held)
                 relaxation, iterations = highs.relaxation, highs.simplex_iterations
             c2 = _cpu()
             for v, up in old:
@@ -131,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         verdicts = sorted({r["relaxation"] for r in rs if r["relaxation"]})
         print(line + f"   objective {', '.join(map(str, objectives))}"
               + (f"   relaxation {', '.join(verdicts)}" if verdicts else ""))
-    for variant, against in (("strict-cbc", "cbc"), ("strict-highs-lp", "highs-lp"), ("highs-lp", "highs-lp-own")):
+    for variant, against in (("strict-cbc", "cbc"), ("strict-highs-lp", "highs-lp"), ("staged-highs-lp", "highs-lp"),
+                             ("staged-highs-lp", "strict-highs-lp"), ("highs-lp", "highs-lp-own")):
         if variant in results and against in results:
             ratios = [r["total_cpu_s"] / b["total_cpu_s"] for r, b in zip(results[variant], results[against])]
             print(f"  {variant} / {against}: {_spread(ratios, '.3f')}")

@@ -307,3 +307,74 @@ def test_highs_bulk_conversion_solves_what_cbc_solves(seed):
     for var in prob.variables():
         assert var.varValue is not None and (var.lowBound is None or var.varValue >= var.lowBound - 1e-6)
         assert var.upBound is None or var.varValue <= var.upBound + 1e-6, var.name
+
+
+def _held_back(prob: pulp.LpProblem, seed: int) -> _solvers.HeldBack:
+    """A part of ``prob`` to stage: every third multi-term row and one singleton row by name, and
+    the forbidden binary ``f`` as if its bound 0 had been set on a free binary (prior bounds 0..1:
+    the first stage's cost takes it to 1, the second stage must move it back)."""
+    rng = random.Random(seed)
+    names = [n for n, c in prob.constraints.items() if len(c.expr) > 1]
+    singletons = [n for n, c in prob.constraints.items() if len(c.expr) == 1]
+    rows = frozenset(names[seed % 3 :: 3]) | {rng.choice(singletons)}
+    f = next(v for v in prob.variables() if v.name == "f")
+    return _solvers.HeldBack(rows=rows, prior={id(f): (f, 0, 1)})
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_staged_relaxation_solves_what_cbc_solves(seed):
+    """highs-lp with a held-back part (the plugin's rows and bounds added to a solved LP, then
+    re-solved from its basis): CBC's status and objective, every constraint and bound held — the
+    second stage is the whole problem, not the first stage's plan."""
+    prob = _mixed_problem(seed)
+    reference = prob.deepcopy()
+    reference.solve(pulp.PULP_CBC_CMD(msg=False))
+    run = _solvers.solve_with_highs(prob, relax_first=True, held_back=_held_back(prob, seed))
+    assert run.staged
+    assert prob.status == reference.status == pulp.LpStatusOptimal
+    assert pulp.value(prob.objective) == pytest.approx(pulp.value(reference.objective), abs=1e-6)
+    for name, constraint in prob.constraints.items():
+        value = constraint.value()
+        assert {pulp.LpConstraintEQ: abs(value) <= 1e-6, pulp.LpConstraintLE: value <= 1e-6,
+                pulp.LpConstraintGE: value >= -1e-6}[constraint.sense], (name, value)
+    for var in prob.variables():
+        assert var.lowBound is None or var.varValue >= var.lowBound - 1e-6, var.name
+        assert var.upBound is None or var.varValue <= var.upBound + 1e-6, var.name
+
+
+def test_staged_model_is_the_problem_without_its_held_back_part_first():
+    """The staged arrays: the held-back rows last, the first stage's bounds the prior ones (``f``
+    free there, so passed, not left out), and ``changed`` exactly the columns the part tightens."""
+    import highspy
+
+    prob = _mixed_problem(1)
+    held = _held_back(prob, 1)
+    model = _solvers._highs_model(prob, highspy.kHighsInf, held)
+    names = [v.name for v in model.columns]
+    assert "f" in names and "f" not in {v.name for v in model.left_out}
+    f = names.index("f")
+    assert (model.first_lower[f], model.first_upper[f], model.upper[f]) == (0, 1, 0)
+    assert model.changed.tolist() == [f]
+    unstaged = _solvers._highs_model(prob, highspy.kHighsInf)
+    as_rows = {n for n, c in prob.constraints.items() if len(c.expr) != 1 or 0 in c.expr.values()}  # not bounds
+    assert model.first_rows == len(unstaged.row_lower) - len(as_rows & held.rows)
+    assert len(model.row_lower) == model.first_rows + len(held.rows)
+    assert model.staged and not unstaged.staged and "f" in {v.name for v in unstaged.left_out}
+
+
+def test_the_plugin_stages_its_rows_and_bounds_on_highs_lp(make_mesh):
+    """add_op_constraints on highs-lp hands HiGHS autoparallel's problem first and the plugin's
+    part second (``SolveOutcome.staged``), reaching CBC's objective; ``SolverConfig(staged=False)``
+    solves the whole problem at once, to the same objective."""
+    mesh = make_mesh((2, 4))
+    cbc, _ = run_seed("strict", mesh, config=SMALL)
+    outcomes = []
+
+    def grab(autop):
+        outcomes.append(autop.sharding_optimizer._apc_solver.outcomes[-1])
+
+    for config in (SolverConfig(name="highs-lp"), SolverConfig(name="highs-lp", staged=False)):
+        run, report = run_seed("strict", mesh, config=SMALL, solver=config, after_apply=grab)
+        assert report.ok and run.objective == pytest.approx(cbc.objective, rel=1e-9)
+    assert [o.staged for o in outcomes] == [True, False]
+    assert "(staged)" in outcomes[0].describe()
