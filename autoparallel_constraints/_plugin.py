@@ -121,7 +121,9 @@ def add_op_constraints(
         table: a :class:`Table` to use instead of the process-wide default.
         solver: ``"cbc"`` (default, ships with PuLP), ``"highs"`` (the ``highs`` extra) or
             ``"highs-lp"`` (HiGHS's LP relaxation first, accepted when integral — then optimal for
-            the ILP — else HiGHS's MIP; the fastest exact route on autoparallel's ILPs).
+            the ILP — else HiGHS's MIP; the fastest exact route on autoparallel's ILPs). On
+            ``highs-lp`` autoparallel's LP is solved first and the plugin's rows and bounds are
+            added to it and re-solved from its basis (``SolveOutcome.staged``).
         time_limit: seconds for all solves of one ``optimize_placement`` (lazy rounds share it);
             stopped with a feasible plan: kept, with a ``SolverTimeLimitWarning``; without one:
             :class:`~autoparallel_constraints.SolverTimeLimitError`.

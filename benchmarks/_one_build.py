@@ -22,8 +22,12 @@ class OneBuild:
 
 
 @contextlib.contextmanager
-def llama3_up_to_the_solve(*, mesh: str, layers: int, dim: int, size: str = "full") -> Iterator[OneBuild]:
-    """Build, yield while ``AutoParallel`` is entered (the problem lives as long as the context)."""
+def llama3_up_to_the_solve(
+    *, mesh: str, layers: int, dim: int, size: str = "full", formulation: str | None = None, solver: str = "cbc"
+) -> Iterator[OneBuild]:
+    """Build, yield while ``AutoParallel`` is entered (the problem lives as long as the context).
+    ``formulation``: ``add_op_constraints(formulation=..., solver=...)`` first, so the problem
+    is the plugin's (its rows behind autoparallel's, its objective terms, its solver hook)."""
     from autoparallel.api import AutoParallel
 
     import autoparallel_constraints  # noqa: F401  (the plugin's patches, as users get them)
@@ -40,6 +44,8 @@ def llama3_up_to_the_solve(*, mesh: str, layers: int, dim: int, size: str = "ful
             autop.add_input_constraints(list(spec.input_placements))
             autop.add_output_constraints(list(spec.output_placements))
             autop.add_parameter_memory_constraint()
+            if formulation is not None:
+                autop.add_op_constraints(formulation=formulation, solver=solver)
             opt = autop.sharding_optimizer
             opt._set_objective()
             opt._apply_memory_constraint()  # as autoparallel's _solve does first
