@@ -214,7 +214,7 @@ def solve_with_highs(
     import highspy
     import numpy as np
 
-    staging = relax_first and held_back is not None and bool(held_back)
+    staging = relax_first and bool(held_back)
     model = _highs_model(prob, highspy.kHighsInf, held_back if staging else None)
     columns, integrality = model.columns, model.integrality
     h = highspy.Highs()
@@ -594,7 +594,7 @@ class SolverHook:
                 msg=msg or self.config.msg,
                 threads=self.config.threads,
                 relax_first=relax_first,
-                held_back=self.held_back() if staged and self.held_back is not None else None,
+                held_back=self.held_back() if staged else None,
             )
             gap, hit, relaxation, staged = run.gap, run.hit, run.relaxation, run.staged
         else:

@@ -6,11 +6,26 @@ autoparallel's llama3 in the lab's configuration, taken up to its solve as ``_so
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import statistics
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+
+
+def spread(values: list[float], fmt: str = ".2f") -> str:
+    """``median [min-max]`` of ``values``."""
+    return f"{statistics.median(values):{fmt}} [{min(values):{fmt}}-{max(values):{fmt}}]"
+
+
+def build_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of :func:`llama3_up_to_the_solve`, as both one-build benchmarks take them."""
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--dim", type=int, default=4096)
+    parser.add_argument("--mesh", default="8x8")
+    parser.add_argument("--size", default="full", choices=("full", "tiny"), help="tiny: the tests' llama3 (seconds)")
 
 
 @dataclass(frozen=True, slots=True)

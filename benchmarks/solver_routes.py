@@ -35,9 +35,10 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import statistics
 import tempfile
 from typing import Any
+
+from _one_build import build_arguments, llama3_up_to_the_solve, spread
 
 VARIANTS = ("cbc", "highs-lp", "highs-lp-own", "strict-cbc", "strict-highs-lp", "staged-highs-lp")
 
@@ -47,16 +48,9 @@ def _cpu() -> float:
     return sum(r.ru_utime + r.ru_stime for r in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
 
 
-def _spread(values: list[float], fmt: str = ".2f") -> str:
-    return f"{statistics.median(values):{fmt}} [{min(values):{fmt}}-{max(values):{fmt}}]"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--dim", type=int, default=4096)
-    parser.add_argument("--mesh", default="8x8")
-    parser.add_argument("--size", default="full", choices=("full", "tiny"), help="tiny: the tests' llama3 (seconds)")
+    build_arguments(parser)
     parser.add_argument("--repeat", type=int, default=3, help="measured rounds after one warm-up round")
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--json", default=None)
@@ -67,7 +61,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown variants {unknown}; choose from {', '.join(VARIANTS)}")
 
     import pulp
-    from _one_build import llama3_up_to_the_solve
 
     from autoparallel_constraints._solvers import HeldBack, objective_in_bulk, solve_with_highs
     from autoparallel_constraints.formulations import Namer, make_formulation
@@ -131,11 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     base = results.get("cbc")
     for variant in variants:
         rs = results[variant]
-        line = (f"  {variant:16} objective set {_spread([r['objective_cpu_s'] for r in rs])}  solve "
-                f"{_spread([r['solve_cpu_s'] for r in rs])}  both {_spread([r['total_cpu_s'] for r in rs])}")
+        line = (f"  {variant:16} objective set {spread([r['objective_cpu_s'] for r in rs])}  solve "
+                f"{spread([r['solve_cpu_s'] for r in rs])}  both {spread([r['total_cpu_s'] for r in rs])}")
         if base and variant != "cbc":
             ratios = [r["total_cpu_s"] / b["total_cpu_s"] for r, b in zip(rs, base)]
-            line += f"   / cbc: {_spread(ratios, '.3f')}"
+            line += f"   / cbc: {spread(ratios, '.3f')}"
         objectives = sorted({round(r["objective"], 4) for r in rs})
         verdicts = sorted({r["relaxation"] for r in rs if r["relaxation"]})
         print(line + f"   objective {', '.join(map(str, objectives))}"
@@ -144,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                              ("staged-highs-lp", "strict-highs-lp"), ("highs-lp", "highs-lp-own")):
         if variant in results and against in results:
             ratios = [r["total_cpu_s"] / b["total_cpu_s"] for r, b in zip(results[variant], results[against])]
-            print(f"  {variant} / {against}: {_spread(ratios, '.3f')}")
+            print(f"  {variant} / {against}: {spread(ratios, '.3f')}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"layers": args.layers, "dim": args.dim, "mesh": args.mesh, "size": args.size, "runs": results}, f, indent=1)

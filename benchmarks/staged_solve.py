@@ -28,27 +28,20 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
-import statistics
 import time
 from typing import Any
 
-
-def _spread(values: list[float], fmt: str = ".2f") -> str:
-    return f"{statistics.median(values):{fmt}} [{min(values):{fmt}}-{max(values):{fmt}}]"
+from _one_build import build_arguments, llama3_up_to_the_solve, spread
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--dim", type=int, default=4096)
-    parser.add_argument("--mesh", default="8x8")
-    parser.add_argument("--size", default="full", choices=("full", "tiny"), help="tiny: the tests' llama3 (seconds)")
+    build_arguments(parser)
     parser.add_argument("--formulation", default="strict", choices=("strict", "lazy", "explicit"))
     parser.add_argument("--repeat", type=int, default=3, help="measured rounds after one warm-up round")
     args = parser.parse_args(argv)
 
     import highspy
-    from _one_build import llama3_up_to_the_solve
 
     from autoparallel_constraints._solvers import solve_with_highs
 
@@ -101,11 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     for variant in variants:
         rs = results[variant]
         iterations = sorted({" + ".join(map(str, r["runs"])) for r in rs})
-        print(f"  {variant:7} {_spread([r['solve_cpu_s'] for r in rs])}   iterations {', '.join(iterations)}   "
+        print(f"  {variant:7} {spread([r['solve_cpu_s'] for r in rs])}   iterations {', '.join(iterations)}   "
               f"objective {', '.join(sorted({format(r['objective'], '.4f') for r in rs}))}")
     for variant, against in (("staged", "whole"), ("staged", "alone"), ("whole", "alone")):
         ratios = [a["solve_cpu_s"] / b["solve_cpu_s"] for a, b in zip(results[variant], results[against])]
-        print(f"  {variant} / {against}, paired by round: {_spread(ratios, '.3f')}")
+        print(f"  {variant} / {against}, paired by round: {spread(ratios, '.3f')}")
     return 0
 
 
