@@ -16,9 +16,16 @@ so every applied graph can be audited::
 
 from __future__ import annotations
 
+from . import _doctor
 from ._compat import require_autoparallel
+from .errors import AutoParallelMissingError as _Missing
 
-require_autoparallel()
+try:
+    require_autoparallel()
+except _Missing as _exc:  # the same report `doctor` prints, so one error says everything to fix
+    _exc.args = (f"{_exc}\n\n{_doctor.format_checks(_doctor.checks())}",)
+    raise
+_doctor.warn_if_untested()
 
 from ._apply import apc_redistribute  # noqa: E402
 from ._apply import install as _install_apply  # noqa: E402
@@ -44,6 +51,7 @@ from .errors import (  # noqa: E402
     StaleStrategiesError,
     StrictConflictError,
     UnknownOpError,
+    UntestedVersionWarning,
     VerificationError,
     VerificationWarning,
 )
@@ -81,6 +89,7 @@ __all__ = [
     "StrictConflictError",
     "Table",
     "UnknownOpError",
+    "UntestedVersionWarning",
     "VerificationError",
     "VerificationWarning",
     "VerifyReport",

@@ -1,5 +1,7 @@
 """Command line: ``python -m autoparallel_constraints demo``.
 
+doctor installed torch, autoparallel (its commit), pulp/CBC, highspy, transformers, ... against
+       the versions the suite was run with, each marked tested / untested / missing, with the fix.
 demo   the bug, the fix, the price: upstream #348 forced at the seed's sizes on 2x4 (Inductor's
        crash without the plugin, clean with it, and what it costs), a swapped sharding with
        matching shapes and wrong numbers, the PR #517 class of wrong gradients, and the plugin's
@@ -25,6 +27,7 @@ from collections.abc import Sequence
 
 from ._coverage import add_subcommands as add_coverage_subcommands
 from ._demo import add_demo_subcommand
+from ._doctor import add_subcommand as add_doctor_subcommand
 from ._lab import add_compare_subcommand
 from ._zoo import add_zoo_subcommand
 from .errors import ConstraintsError
@@ -39,6 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m autoparallel_constraints", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
+    add_doctor_subcommand(sub)
     add_demo_subcommand(sub)
     add_compare_subcommand(sub)
     add_coverage_subcommands(sub)

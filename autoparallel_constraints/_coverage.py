@@ -77,6 +77,12 @@ def _falcon() -> tuple[Callable[[], torch.nn.Module], Callable[[], torch.Tensor]
     return falcon_tiny()
 
 
+def _falcon_style() -> tuple[Callable[[], torch.nn.Module], Callable[[], torch.Tensor]]:
+    from .models import falcon_style
+
+    return falcon_style()
+
+
 def _zoo(family: str) -> Callable[[], tuple[Callable[[], torch.nn.Module], Callable[[], torch.Tensor]]]:
     from .models import zoo_model
 
@@ -92,6 +98,7 @@ def _zoo_families() -> list[str]:
 # name -> (builder, mixed precision as the demo runs it); every transformers zoo family too
 MODELS: dict[str, tuple[Callable[[], tuple[Callable[[], torch.nn.Module], Callable[[], Any]]], bool]] = {
     "falcon": (_falcon, False),
+    "falcon_style": (_falcon_style, False),
     "llama3": (_llama3, False),
     "seed": (_seed_model, True),
     **{f"{family}": (_zoo(family), False) for family in _zoo_families()},

@@ -21,6 +21,7 @@ __all__ = [
     "SolverUnavailableError",
     "StrictConflictError",
     "UnknownOpError",
+    "UntestedVersionWarning",
     "VerificationError",
     "VerificationWarning",
 ]
@@ -115,3 +116,9 @@ class VerificationError(ConstraintsError, RuntimeError):
 
 class VerificationWarning(UserWarning):
     """``add_op_constraints(verify="warn")``: the verifier rejects the parallel graph."""
+
+
+class UntestedVersionWarning(UserWarning):
+    """torch or autoparallel is not a version the suite was run with (warned once, at import).
+
+    ``python -m autoparallel_constraints doctor`` lists every version against the tested one."""

@@ -1,5 +1,6 @@
-"""Small models the demo, the lab and the tests run: the seed block of upstream issue #348, and the
-transformers zoo (tiny causal LMs of ten families, :data:`ZOO`).
+"""Small models the demo, the lab and the tests run: the seed block of upstream issue #348, a
+Falcon-style causal LM of our own (:class:`FalconStyleLM`), and the transformers zoo (tiny causal LMs
+of ten families, :data:`ZOO`).
 
 Built from code only, nothing is downloaded.
 """
@@ -140,9 +141,11 @@ def falcon_tiny(
     """HF transformers' ``FalconForCausalLM`` from a local ``FalconConfig`` at tiny sizes.
 
     Multi-query attention (``multi_query=True``, ``new_decoder_architecture=False``), rotary
-    embeddings, parallel attention/MLP, no bias, ``use_cache=False``: transformers' Falcon then
-    splits the fused qkv with ``fused_qkv[..., [-2], :]``, the list index that puts index_put in the
-    backward (upstream autoparallel #348). Returns ``(model_fn, input_fn)`` like :func:`llama3_small`.
+    embeddings, parallel attention/MLP, no bias, ``use_cache=False``, eager attention (as the zoo).
+    Up to transformers 5.24 its Falcon splits the fused qkv with ``fused_qkv[..., [-2], :]``, the
+    list index that puts index_put in the backward (upstream autoparallel #348); 5.25 splits with
+    ``fused_qkv.split(...)`` and has none. :func:`falcon_style` keeps the list index on every
+    version. Returns ``(model_fn, input_fn)`` like :func:`llama3_small`.
     """
     from transformers import FalconConfig, FalconForCausalLM
 
@@ -153,7 +156,99 @@ def falcon_tiny(
     )
 
     def model_fn() -> nn.Module:
-        return FalconForCausalLM(config)
+        model = FalconForCausalLM(config)
+        # set after construction: Falcon's _check_and_enable_sdpa rewrites the config's choice
+        model.config._attn_implementation = "eager"
+        return model
+
+    def input_fn() -> torch.Tensor:
+        return torch.randint(0, vocab_size, (batch, seq))
+
+    return model_fn, input_fn
+
+
+class FalconStyleLM(nn.Module):
+    """A Falcon-7B-style causal LM this project owns, so the index_put it exists for cannot vanish
+    with a transformers release.
+
+    Written after transformers' ``FalconForCausalLM`` up to 5.24 (multi-query, parallel attention
+    and MLP, one layer norm per layer, rotary embeddings, no bias): the fused qkv projection is
+    viewed as ``heads + 2`` heads and split with ``fused[..., :-2, :]``, ``fused[..., [-2], :]`` and
+    ``fused[..., [-1], :]``. The two list indexes are advanced indexing, so the backward holds two
+    ``index_put(..., accumulate=True)`` (upstream autoparallel #348). transformers 5.25 splits with
+    ``fused.split([heads, 1, 1], dim=-2)`` instead, which has none. Eager attention (matmul,
+    causal mask, softmax, matmul).
+    """
+
+    def __init__(self, *, hidden: int = 64, heads: int = 4, layers: int = 1, vocab_size: int = 128,
+                 max_seq: int = 64) -> None:
+        super().__init__()
+        if hidden % heads:
+            raise ValueError(f"hidden ({hidden}) must be a multiple of heads ({heads})")
+        self.heads, self.head_dim = heads, hidden // heads
+        self.embed = nn.Embedding(vocab_size, hidden)
+        self.layers = nn.ModuleList(_FalconStyleLayer(hidden, heads) for _ in range(layers))
+        self.norm = nn.LayerNorm(hidden)
+        self.lm_head = nn.Linear(hidden, vocab_size, bias=False)
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, self.head_dim, 2).float() / self.head_dim))
+        angles = torch.outer(torch.arange(max_seq).float(), inv_freq)
+        self.register_buffer("cos", torch.cat([angles, angles], -1).cos(), persistent=False)
+        self.register_buffer("sin", torch.cat([angles, angles], -1).sin(), persistent=False)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.embed(ids)
+        seq = ids.shape[1]
+        cos, sin = self.cos[:seq], self.sin[:seq]
+        for layer in self.layers:
+            x = layer(x, cos, sin)
+        return self.lm_head(self.norm(x))
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
+
+
+class _FalconStyleLayer(nn.Module):
+    def __init__(self, hidden: int, heads: int) -> None:
+        super().__init__()
+        self.heads, self.head_dim = heads, hidden // heads
+        self.ln = nn.LayerNorm(hidden)
+        self.qkv = nn.Linear(hidden, (heads + 2) * self.head_dim, bias=False)
+        self.dense = nn.Linear(hidden, hidden, bias=False)
+        self.up = nn.Linear(hidden, 4 * hidden, bias=False)
+        self.down = nn.Linear(4 * hidden, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        batch, seq, hidden = x.shape
+        h = self.ln(x)
+        fused = self.qkv(h).view(batch, seq, self.heads + 2, self.head_dim)
+        q, k, v = fused[..., :-2, :], fused[..., [-2], :], fused[..., [-1], :]
+        q = _rotate(q.transpose(1, 2), cos, sin)          # [B, H, S, D]
+        k = _rotate(k.transpose(1, 2), cos, sin)          # [B, 1, S, D]: one key head for all
+        v = v.transpose(1, 2)
+        scores = q @ k.transpose(-1, -2) / self.head_dim**0.5
+        causal = torch.ones(seq, seq, dtype=torch.bool, device=x.device).tril()
+        scores = scores.masked_fill(~causal, float("-inf"))
+        attn = (scores.softmax(-1) @ v).transpose(1, 2).reshape(batch, seq, hidden)
+        mlp = self.down(torch.nn.functional.gelu(self.up(h)))
+        return x + self.dense(attn) + mlp
+
+
+__all__ += ["FalconStyleLM", "falcon_style"]
+
+
+def falcon_style(
+    *, hidden: int = 64, heads: int = 4, layers: int = 1, vocab_size: int = 128, seq: int = 16, batch: int = 4,
+) -> ModelBuilder:
+    """:class:`FalconStyleLM` at tiny sizes: ``(model_fn, input_fn)`` like :func:`llama3_small`.
+
+    The project's own Falcon: index_put in the backward on every transformers version."""
+
+    def model_fn() -> nn.Module:
+        return FalconStyleLM(hidden=hidden, heads=heads, layers=layers, vocab_size=vocab_size,
+                             max_seq=max(2 * seq, 32))
 
     def input_fn() -> torch.Tensor:
         return torch.randint(0, vocab_size, (batch, seq))

@@ -107,6 +107,7 @@ def test_partial_divergence_at_the_pin_is_flagged():
         rtol=1e-4,
         after_apply=lambda autop: audits.append(apc.audit(autop)),
     )
+    assert report.error is None, report
     grad = report.check("grad:proj.weight")
     assert not grad.ok and grad.ratio == pytest.approx(2.0, abs=1e-4), report
     assert report.check("output[0]").ok

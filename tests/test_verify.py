@@ -26,7 +26,7 @@ from torch.distributed.tensor.placement_types import Replicate, Shard
 import autoparallel_constraints as apc
 from autoparallel_constraints import _apply
 from autoparallel_constraints._lab import run_seed
-from autoparallel_constraints.models import SeedBlock, SeedConfig, falcon_tiny, llama3_small
+from autoparallel_constraints.models import SeedBlock, SeedConfig, falcon_style, falcon_tiny, llama3_small
 from autoparallel_constraints.testing import cpu_mesh, run_numerics
 from autoparallel_constraints.testing.conformance import swapped_case
 
@@ -249,14 +249,16 @@ def test_verify_option_is_checked():
 @pytest.mark.full
 @pytest.mark.parametrize(
     ("name", "mesh", "batch"),
-    [("llama3_small", (2, 2), 4), ("falcon_tiny", (2, 2), 4), ("llama3_small", (4, 2), 4)],
-    ids=["llama3-2x2", "falcon-2x2", "llama3-4x2"],
+    [("llama3_small", (2, 2), 4), ("falcon_style", (2, 2), 4), ("falcon_tiny", (2, 2), 4),
+     ("llama3_small", (4, 2), 4)],
+    ids=["llama3-2x2", "falcon_style-2x2", "hf_falcon-2x2", "llama3-4x2"],
 )
 def test_real_model_graphs_have_no_unknowns(name, mesh, batch):
     """Graphs with symbolic coordinates (the numerics harness's): clean, every node proven, exact.
     On 4x2 batch 4 is one sample per rank, which the retrace drops into a bmm's rows (see
     test_a_batch_of_one_per_rank_moves_into_the_rows)."""
-    model_fn, input_fn = {"llama3_small": llama3_small, "falcon_tiny": falcon_tiny}[name](batch=batch)
+    builders = {"llama3_small": llama3_small, "falcon_style": falcon_style, "falcon_tiny": falcon_tiny}
+    model_fn, input_fn = builders[name](batch=batch)
     seen: list[Any] = []
     pins = [(Shard(0), Replicate())] if mesh == (4, 2) else None  # batch on the 4-way dim only, as `mutate` pins it
     report = run_numerics(

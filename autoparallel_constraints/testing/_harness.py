@@ -84,9 +84,11 @@ def device_name(name: str = DEFAULT_DEVICE_NAME) -> Iterator[None]:
 
     autoparallel's compute-cost estimate looks the device's name up in a table of GPU limits; on
     CPU there is no name to give, so the costs of a named GPU are used. The previous state is
-    restored on exit.
+    restored on exit. The module asked is ``torch.get_device_module()``, as in the cost model:
+    ``torch.cpu`` on a CPU build, ``torch.cuda`` on a CUDA build running without a GPU (whose own
+    ``get_device_name`` would raise "Found no NVIDIA driver").
     """
-    module = torch.cpu
+    module = torch.get_device_module()
     had = hasattr(module, "get_device_name")
     previous = getattr(module, "get_device_name", None)
     module.get_device_name = lambda device=None: name  # type: ignore[attr-defined]
