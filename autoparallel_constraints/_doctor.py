@@ -51,6 +51,9 @@ FROZEN: tuple[str, ...] = (
     "hypothesis", "matplotlib", "pytest", "pytest-xdist",
 )
 
+#: The pip line that installs the pinned autoparallel (the second line of the install hint).
+_AUTOPARALLEL_FIX = INSTALL_HINT.splitlines()[1].strip()
+
 #: How to get each package right, by name; ``{version}`` is the tested version.
 _FIX = {
     "torch": "pip install 'torch=={version}' (the CPU build from your usual index is enough)",
@@ -129,13 +132,13 @@ def _find_autoparallel() -> importlib.machinery.ModuleSpec | None:
         return None
 
 
-def autoparallel_commit() -> tuple[str | None, str]:
+def autoparallel_commit(spec: importlib.machinery.ModuleSpec | None = None) -> tuple[str | None, str]:
     """``(commit, how it was found)`` for the importable ``autoparallel``; ``(None, why)`` when unknown.
 
     pip records the commit of a ``git+`` install in ``direct_url.json``; an install from a local
     copy records none, so the source itself is compared with the pinned commit's.
     """
-    spec = _find_autoparallel()
+    spec = spec or _find_autoparallel()
     if spec is None or not spec.submodule_search_locations:
         return None, "not importable"
     try:
@@ -157,13 +160,11 @@ def _check_autoparallel() -> Check:
     spec = _find_autoparallel()
     tested = PIN_COMMIT[:7]
     if spec is None:
-        return Check("autoparallel", None, tested, "missing", INSTALL_HINT.splitlines()[1].strip())
-    commit, how = autoparallel_commit()
-    if commit is None:
-        return Check("autoparallel", "unknown commit", tested, "untested", INSTALL_HINT.splitlines()[1].strip(), how)
-    status = "tested" if commit == PIN_COMMIT else "untested"
-    fix = "" if status == "tested" else INSTALL_HINT.splitlines()[1].strip()
-    return Check("autoparallel", commit[:7], tested, status, fix, how)
+        return Check("autoparallel", None, tested, "missing", _AUTOPARALLEL_FIX)
+    commit, how = autoparallel_commit(spec)
+    if commit == PIN_COMMIT:
+        return Check("autoparallel", commit[:7], tested, "tested", detail=how)
+    return Check("autoparallel", commit[:7] if commit else "unknown commit", tested, "untested", _AUTOPARALLEL_FIX, how)
 
 
 def _check_torch() -> Check:
@@ -180,7 +181,7 @@ def _check_cbc() -> Check:
     try:
         import pulp
     except ImportError:
-        return Check("CBC (pulp)", None, "bundled", "missing", _FIX["pulp"].format(version="3.3.2"))
+        return Check("CBC (pulp)", None, "bundled", "missing", "install pulp (its line below)")
     ok = bool(pulp.PULP_CBC_CMD(msg=False).available())
     return Check("CBC (pulp)", "bundled" if ok else None, "bundled", "tested" if ok else "missing",
                  "" if ok else "reinstall pulp: its bundled CBC binary is missing or not executable")

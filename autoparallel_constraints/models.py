@@ -185,12 +185,12 @@ class FalconStyleLM(nn.Module):
         super().__init__()
         if hidden % heads:
             raise ValueError(f"hidden ({hidden}) must be a multiple of heads ({heads})")
-        self.heads, self.head_dim = heads, hidden // heads
+        head_dim = hidden // heads
         self.embed = nn.Embedding(vocab_size, hidden)
         self.layers = nn.ModuleList(_FalconStyleLayer(hidden, heads) for _ in range(layers))
         self.norm = nn.LayerNorm(hidden)
         self.lm_head = nn.Linear(hidden, vocab_size, bias=False)
-        inv_freq = 1.0 / (10000 ** (torch.arange(0, self.head_dim, 2).float() / self.head_dim))
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
         angles = torch.outer(torch.arange(max_seq).float(), inv_freq)
         self.register_buffer("cos", torch.cat([angles, angles], -1).cos(), persistent=False)
         self.register_buffer("sin", torch.cat([angles, angles], -1).sin(), persistent=False)

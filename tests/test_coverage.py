@@ -9,6 +9,7 @@ as uncovered; and the cross-check finds the upstream strategies that compute wro
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import autoparallel_constraints as apc
@@ -24,21 +25,26 @@ aten = torch.ops.aten
 MODELS = ("seed", "llama3", "falcon_style", "falcon")
 
 
-def test_every_multi_input_op_of_the_four_models_is_covered():
+@pytest.fixture(scope="module")
+def reports() -> dict[str, _coverage.CoverageReport]:
+    """One trace per model on 2x2, shared by the tests below."""
+    return {name: _coverage.coverage(name, (2, 2)) for name in MODELS}
+
+
+def test_every_multi_input_op_of_the_four_models_is_covered(reports):
     """seed, llama3, falcon_style and HF falcon: no uncovered op with >=2 tensor inputs, every node bound."""
-    for name in MODELS:
-        report = _coverage.coverage(name, (2, 2))
+    for name, report in reports.items():
         assert report.ops, name
         assert report.ok, str(report)
         assert all(o.bound == o.nodes for o in report.ops), str(report)
 
 
-def test_model_specific_ops_are_seen():
+def test_model_specific_ops_are_seen(reports):
     """The traces contain what the issue is about: index_put from the list-indexed head in the seed
     block and our Falcon-style LM (on any transformers), llama3's attention and embedding backward,
     Falcon's layer norm backward. HF Falcon has index_put only where its transformers version
     still takes k and v by list index (up to 5.24); from 5.25 it splits, and the trace shows that."""
-    ops = {name: {o.op for o in _coverage.coverage(name, (2, 2)).ops} for name in MODELS}
+    ops = {name: {o.op for o in report.ops} for name, report in reports.items()}
     assert "aten.index_put.default" in ops["seed"] and "aten.index_put.default" in ops["falcon_style"]
     assert "aten._scaled_dot_product_flash_attention_for_cpu_backward.default" in ops["llama3"]
     assert "aten.embedding_dense_backward.default" in ops["llama3"]
