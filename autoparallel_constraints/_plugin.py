@@ -113,7 +113,7 @@ def add_op_constraints(
             real node computing exactly the planned transition with DTensor's redistribute (a
             planned Partial stays Partial, which autoparallel a54c252's own apply breaks: PR #517);
             ``"table"`` — only planned redistributions into table ops do. The default was chosen
-            by measurement (README, "Safe defaults"): on clean plans both give the same collectives.
+            by measurement (docs/verifier.md, "Safe defaults"): on clean plans both give the same collectives.
         verify: after ``apply_placement`` builds the parallel graph, run the verifier on it
             (:func:`~autoparallel_constraints.verify`): ``"raise"`` (default) raises
             :class:`~autoparallel_constraints.VerificationError` naming the node and the inferred
@@ -387,7 +387,7 @@ def _rows_last(prob: pulp.LpProblem, names: Iterable[str]) -> None:
     the end of the problem on each solve), so the problem autoparallel alone would solve is an
     exact prefix of ours. CBC's search depends on row order: on llama3 32 layers 8x8, strict's
     one row placed before the memory rows made CBC's solve 3x longer, placed after them 1.1x
-    (README, "At real depth")."""
+    (docs/performance.md, "At real depth")."""
     moved = [(name, prob.constraints.pop(name)) for name in names if name in prob.constraints]
     for name, constraint in moved:
         prob.constraints[name] = constraint

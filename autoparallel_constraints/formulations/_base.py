@@ -41,7 +41,7 @@ __all__ = [
 # How a formulation keeps strategies out of the plan: fixed at 0 by their upper bounds (the
 # solver's presolve drops the columns), or by one row Σ x = 0 per site. Same feasible set; the
 # bounds leave CBC's search as it is without the plugin (one extra row made it 1.13-1.33x slower
-# on llama3 2 layers 8x8: README, "At real depth").
+# on llama3 2 layers 8x8: docs/performance.md, "At real depth").
 FORBID_MODES = ("bounds", "row")
 
 
