@@ -27,7 +27,7 @@ import autoparallel_constraints as apc
 from autoparallel_constraints import _apply
 from autoparallel_constraints._lab import run_seed
 from autoparallel_constraints.models import SeedBlock, SeedConfig, llama3_small
-from autoparallel_constraints.testing import cpu_mesh
+from autoparallel_constraints.testing import cpu_mesh, run_numerics
 from autoparallel_constraints.testing.conformance import swapped_case
 
 DIVERGING = SeedConfig(num_heads=16, head_dim=64, batch=8, seq=64)  # PR #517 on 2x2 with io (S0, S1)
