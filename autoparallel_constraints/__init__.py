@@ -16,8 +16,8 @@ so every applied graph can be audited::
 
 from __future__ import annotations
 
-from . import _doctor
-from ._compat import require_autoparallel
+from .core import _doctor
+from .core._compat import require_autoparallel
 from .errors import AutoParallelMissingError as _Missing
 
 try:
@@ -27,16 +27,9 @@ except _Missing as _exc:  # the same report `doctor` prints, so one error says e
     raise
 _doctor.warn_if_untested()
 
-from ._apply import apc_redistribute  # noqa: E402
-from ._apply import install as _install_apply  # noqa: E402
-from ._audit import ArgAudit, AuditReport, Violation, audit  # noqa: E402
-from ._cache_guard import install as _install_cache_guard  # noqa: E402
-from ._plugin import NoMatchingNodesWarning, add_op_constraints  # noqa: E402
-from ._plugin import install as _install_plugin  # noqa: E402
-from ._report import ConstraintReport, constraint_report  # noqa: E402
-from ._solvers import SolverTimeLimitWarning, use_solver  # noqa: E402
-from ._state import AddedConstraints, PlannedRedistribute  # noqa: E402
-from ._verify import GraphViolation, VerifyReport, verify  # noqa: E402
+from .apply._audit import ArgAudit, AuditReport, Violation, audit  # noqa: E402
+from .apply._materialize import apc_redistribute  # noqa: E402
+from .apply._materialize import install as _install_apply  # noqa: E402
 from .errors import (  # noqa: E402
     AuditError,
     AutoParallelMissingError,
@@ -56,7 +49,15 @@ from .errors import (  # noqa: E402
     VerificationWarning,
 )
 from .formulations import FORMULATIONS, Formulation, register_formulation  # noqa: E402
+from .plan._cache_guard import install as _install_cache_guard  # noqa: E402
+from .plan._plugin import NoMatchingNodesWarning, add_op_constraints  # noqa: E402
+from .plan._plugin import install as _install_plugin  # noqa: E402
+from .plan._report import ConstraintReport, constraint_report  # noqa: E402
+from .plan._solvers import SolverTimeLimitWarning, use_solver  # noqa: E402
+from .plan._state import AddedConstraints, PlannedRedistribute  # noqa: E402
 from .table import Alignment, ArgSpec, Flag, Linearity, OpRule, Role, Table, default_table  # noqa: E402
+from .verifier._contract import verify  # noqa: E402
+from .verifier._report import GraphViolation, VerifyReport  # noqa: E402
 
 __all__ = [
     "FORMULATIONS",

@@ -25,14 +25,14 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from ._coverage import add_subcommands as add_coverage_subcommands
-from ._demo import add_demo_subcommand
-from ._doctor import add_subcommand as add_doctor_subcommand
-from ._lab import add_compare_subcommand
-from ._zoo import add_zoo_subcommand
+from .core._doctor import add_subcommand as add_doctor_subcommand
 from .errors import ConstraintsError
-from .table._groundtruth import add_subcommand as add_groundtruth_subcommand
-from .testing._mutate import add_subcommand as add_mutate_subcommand
+from .lab._compare import add_compare_subcommand
+from .lab._coverage import add_subcommands as add_coverage_subcommands
+from .lab._demo import add_demo_subcommand
+from .lab._groundtruth import add_subcommand as add_groundtruth_subcommand
+from .lab._mutate import add_subcommand as add_mutate_subcommand
+from .lab._zoo import add_zoo_subcommand
 from .testing.distributed_seed import add_subcommand as add_distributed_seed_subcommand
 
 logger = logging.getLogger("autoparallel_constraints.cli")

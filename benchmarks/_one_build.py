@@ -46,8 +46,8 @@ def llama3_up_to_the_solve(
     from autoparallel.api import AutoParallel
 
     import autoparallel_constraints  # noqa: F401  (the plugin's patches, as users get them)
-    from autoparallel_constraints._lab import lab_model
-    from autoparallel_constraints._problem import find_sites
+    from autoparallel_constraints.formulations._sites import find_sites
+    from autoparallel_constraints.lab import lab_model
     from autoparallel_constraints.table import default_table
     from autoparallel_constraints.testing import cpu_mesh, device_name, fresh_strategy_cache
 

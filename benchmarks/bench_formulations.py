@@ -24,7 +24,7 @@ How it measures:
   own peak: a forked child starts with its parent's high-water mark (Linux keeps it across
   ``exec``), so it reads as the worker's RSS at the fork (measured: equal to the worker's peak on
   llama3 32 layers). CBC's own memory is therefore not in these figures.
-* **Interleaved repeats after a warm-up** (``autoparallel_constraints._stats.interleave``):
+* **Interleaved repeats after a warm-up** (``autoparallel_constraints.lab._stats.interleave``):
   ``--warmup`` discarded runs first (the rows in order; they warm the page cache and the byte
   code — there is no in-process state to warm, every run is a new process), then ``--repeat``
   rounds (3 by default) that visit every row once, the order reversed every other round, so drift
@@ -40,7 +40,7 @@ How it measures:
 
 Rows are ``formulation/solver``: ``none`` is autoparallel alone; solvers are ``cbc``, ``highs``
 and ``highs-lp`` (HiGHS's LP relaxation, accepted when integral — then optimal for the ILP —
-else the MIP: ``autoparallel_constraints._solvers``). Printed: the lab table, then each target of
+else the MIP: ``autoparallel_constraints.plan._solvers``). Printed: the lab table, then each target of
 issue 13 as ``median [min-max]  bound  verdict`` (``ok``: every repeat meets the bound,
 ``MISSED``: none does, ``undecided``: the spread contains it):
 
@@ -96,7 +96,7 @@ RSS_BOUND = 1.10
 def pooled_build_ratio(runs: Sequence[Any], base_runs: Sequence[Any], pooled: float) -> Any:
     """``runs`` over ``base_runs`` round by round, each run's ``AutoParallel.__enter__`` CPU
     seconds replaced by ``pooled``: (pooled + plugin + solve) / (pooled + solve)."""
-    from autoparallel_constraints._stats import paired_ratio
+    from autoparallel_constraints.lab._stats import paired_ratio
 
     def own(s: Any) -> float:
         return pooled + s.build_solve_cpu_s - s.enter_cpu_s
@@ -133,7 +133,7 @@ def _model_args(args: argparse.Namespace) -> list[str]:
 def _worker(args: argparse.Namespace) -> int:
     """Run the row ``args.worker`` once and write its summary and peak RSS to ``args.out``."""
     import autoparallel_constraints  # noqa: F401  (installs add_op_constraints)
-    from autoparallel_constraints._lab import compare_rows
+    from autoparallel_constraints.lab import compare_rows
 
     form, solver = args.worker.split("/")
     mesh = tuple(int(x) for x in args.mesh.lower().split("x"))
@@ -203,7 +203,7 @@ def _profile(args: argparse.Namespace, rows: list[tuple[str, str]]) -> int:
     from autoparallel.api import AutoParallel
 
     import autoparallel_constraints  # noqa: F401
-    from autoparallel_constraints._lab import compare_rows
+    from autoparallel_constraints.lab import compare_rows
 
     original = AutoParallel.add_op_constraints
     profiles: dict[str, cProfile.Profile] = {}
@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         return _worker(args)
 
-    from autoparallel_constraints._lab import (
+    from autoparallel_constraints.lab import (
         BASELINE,
         CompareResult,
         RowRuns,
@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         render_compare,
         result_payload,
     )
-    from autoparallel_constraints._stats import Ratio, Spread, interleave, paired_ratio
+    from autoparallel_constraints.lab._stats import Ratio, Spread, interleave, paired_ratio
 
     rows = [tuple(r.split("/")) for r in args.rows.split(",") if r]
     if args.profile:

@@ -30,7 +30,7 @@ def one_round(model: str, mesh_shape: tuple[int, ...], layers: int | None, dim: 
     from autoparallel.api import AutoParallel
 
     import autoparallel_constraints as apc
-    from autoparallel_constraints._lab import lab_model
+    from autoparallel_constraints.lab import lab_model
     from autoparallel_constraints.testing import cpu_mesh, device_name, reset_strategy_cache
 
     lab = lab_model(model, mesh_shape, size="full", layers=layers, dim=dim)
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
 
-    from autoparallel_constraints._stats import Spread, interleave, paired_ratio
+    from autoparallel_constraints.lab._stats import Spread, interleave, paired_ratio
     from autoparallel_constraints.testing import init_fake_process_group
 
     mesh_shape = tuple(int(x) for x in args.mesh.split("x"))

@@ -12,7 +12,7 @@ warm-up round, the order reversed every other round:
 
 * ``none``: autoparallel's problem alone;
 * ``row_last``: strict's rows appended after every row of autoparallel's (what the plugin does
-  now: ``_plugin._rows_last``);
+  now: ``plan._plugin._rows_last``);
 * ``row_before_memory``: strict's rows before autoparallel's memory rows (where
   ``add_op_constraints`` used to leave them: autoparallel rebuilds the memory rows at the end
   before each solve);

@@ -43,9 +43,9 @@ def collectives(gm: Any) -> dict[str, tuple[int, int]]:
 
 
 def run(model_name: str, mesh_shape: tuple[int, ...], mode: str) -> dict[str, Any]:
-    from autoparallel_constraints._lab import lab_model, run_model
-    from autoparallel_constraints._verify import verify
+    from autoparallel_constraints.lab import lab_model, run_model
     from autoparallel_constraints.testing import cpu_mesh, device_name, reset_strategy_cache
+    from autoparallel_constraints.verifier._contract import verify
 
     lab = lab_model(model_name, mesh_shape, size="full" if model_name == "seed" else "tiny")
     seen: dict[str, Any] = {}

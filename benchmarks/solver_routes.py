@@ -13,7 +13,7 @@ one warm-up round (the order reversed every other round), what ``optimize_placem
 after the build on each route — set the objective, solve:
 
 * ``cbc``: autoparallel's own ``_set_objective``, then PuLP's CBC as autoparallel calls it;
-* ``highs-lp``: the objective in bulk (``_solvers.objective_in_bulk``, what the HiGHS routes use),
+* ``highs-lp``: the objective in bulk (``plan._solvers.objective_in_bulk``, what the HiGHS routes use),
   then the LP relaxation with HiGHS, accepted when integral, else the MIP;
 * ``highs-lp-own``: autoparallel's own ``_set_objective``, then the same HiGHS solve (what the
   bulk objective saves);
@@ -62,8 +62,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import pulp
 
-    from autoparallel_constraints._solvers import HeldBack, objective_in_bulk, solve_with_highs
     from autoparallel_constraints.formulations import Namer, make_formulation
+    from autoparallel_constraints.plan._solvers import HeldBack, objective_in_bulk, solve_with_highs
 
     results: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
     with llama3_up_to_the_solve(mesh=args.mesh, layers=args.layers, dim=args.dim, size=args.size) as build:

@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import highspy
 
-    from autoparallel_constraints._solvers import solve_with_highs
+    from autoparallel_constraints.plan._solvers import solve_with_highs
 
     variants = ("staged", "whole", "alone")
     results: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}

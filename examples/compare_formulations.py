@@ -17,13 +17,19 @@ from pathlib import Path
 
 import torch
 from autoparallel.api import AutoParallel
+from prune import Prune
 from torch.distributed.tensor.placement_types import Replicate, Shard
 
 import autoparallel_constraints as apc
 from autoparallel_constraints.__main__ import main as apc_main
 from autoparallel_constraints.models import SeedBlock, SeedConfig
-from autoparallel_constraints.testing import cpu_mesh, device_name, find_nodes, init_fake_process_group, offer_strategy
-from prune import Prune
+from autoparallel_constraints.testing import (
+    cpu_mesh,
+    device_name,
+    find_nodes,
+    init_fake_process_group,
+    offer_strategy,
+)
 
 INDEX_PUT = torch.ops.aten.index_put.default
 RR, RS0, RS1 = (Replicate(), Replicate()), (Replicate(), Shard(0)), (Replicate(), Shard(1))

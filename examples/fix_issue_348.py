@@ -18,7 +18,13 @@ from torch.distributed.tensor.placement_types import Replicate, Shard
 import autoparallel_constraints as apc
 from autoparallel_constraints.models import SeedBlock
 from autoparallel_constraints.testing import (
-    cpu_mesh, device_name, find_nodes, init_fake_process_group, lower_with_inductor, offer_strategy)
+    cpu_mesh,
+    device_name,
+    find_nodes,
+    init_fake_process_group,
+    lower_with_inductor,
+    offer_strategy,
+)
 
 INDEX_PUT = torch.ops.aten.index_put.default
 RR, RS0, RS1 = (Replicate(), Replicate()), (Replicate(), Shard(0)), (Replicate(), Shard(1))

@@ -6,7 +6,12 @@ their upper bounds, so the solver's presolve removes them. Use it with
 """
 
 from autoparallel_constraints.formulations import (
-    Additions, Bound, Formulation, refuse_conflicting_pins, strategy_indicator)
+    Additions,
+    Bound,
+    Formulation,
+    refuse_conflicting_pins,
+    strategy_indicator,
+)
 
 
 class Prune(Formulation):

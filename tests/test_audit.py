@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 import autoparallel_constraints as apc
-from autoparallel_constraints._lab import run_seed
+from autoparallel_constraints.lab import run_seed
 from autoparallel_constraints.models import SeedConfig
 
 SMALL = SeedConfig(num_heads=6, head_dim=8, batch=4, seq=8)

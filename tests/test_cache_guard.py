@@ -17,7 +17,7 @@ from autoparallel.api import AutoParallel
 from torch import nn
 
 import autoparallel_constraints as apc
-from autoparallel_constraints import _cache_guard
+from autoparallel_constraints.plan import _cache_guard
 
 ROOT = Path(__file__).resolve().parents[1]
 

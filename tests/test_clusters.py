@@ -9,10 +9,16 @@ import torch
 from torch.distributed.tensor.placement_types import Replicate, Shard
 
 import autoparallel_constraints as apc
-from autoparallel_constraints._lab import run_model
-from autoparallel_constraints._plugin import get_state
+from autoparallel_constraints.lab import run_model
 from autoparallel_constraints.models import SeedConfig, SeedStack
-from autoparallel_constraints.testing import find_nodes, offer_strategy, pin_strategy, run_numerics, strategy_index
+from autoparallel_constraints.plan._plugin import get_state
+from autoparallel_constraints.testing import (
+    find_nodes,
+    offer_strategy,
+    pin_strategy,
+    run_numerics,
+    strategy_index,
+)
 
 INDEX_PUT = torch.ops.aten.index_put.default
 R = Replicate()

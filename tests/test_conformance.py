@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 import autoparallel_constraints as apc
-
 from autoparallel_constraints.formulations import Additions, Formulation
 from autoparallel_constraints.testing.conformance import FormulationConformance, run_scenario
 
@@ -69,8 +68,8 @@ def test_the_kit_fails_a_formulation_that_does_nothing():
 def test_the_kit_catches_a_leaky_rollback(monkeypatch, forbid, trace):
     """If adding were not atomic (bounds or rows kept after a failure), the kit's failed-call
     check says which: strict's default forbids by bounds, ``forbid="row"`` by rows."""
-    from autoparallel_constraints import _plugin
     from autoparallel_constraints.formulations import Strict
+    from autoparallel_constraints.plan import _plugin
     from autoparallel_constraints.testing.conformance import failed_call_leaves_problem
 
     def leaky(prob, additions):

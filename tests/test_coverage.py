@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _upstream import HF_FALCON_LIST_INDEX, TRANSFORMERS
 
 import autoparallel_constraints as apc
-from autoparallel_constraints import _coverage
 from autoparallel_constraints.__main__ import main as cli_main
+from autoparallel_constraints.lab import _coverage
 from autoparallel_constraints.models import falcon_style, falcon_tiny, llama3_small
-
-from _upstream import HF_FALCON_LIST_INDEX, TRANSFORMERS
 
 aten = torch.ops.aten
 

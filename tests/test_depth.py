@@ -11,8 +11,7 @@ from autoparallel.api import AutoParallel
 from torch.distributed.tensor.placement_types import Shard
 
 import autoparallel_constraints  # noqa: F401  (installs add_op_constraints)
-from autoparallel_constraints import _problem
-from autoparallel_constraints.formulations import Namer, make_formulation
+from autoparallel_constraints.formulations import Namer, _sites, make_formulation
 from autoparallel_constraints.models import llama3_small
 from autoparallel_constraints.table import CheckMemo, bind, check, default_table
 
@@ -41,8 +40,8 @@ def llama3_sites():
         opt = autop.sharding_optimizer
         rules = default_table().select(None)
         memo = CheckMemo()
-        memoized, _ = _problem.find_sites(opt, rules, memo)
-        plain, _ = _problem.find_sites(opt, rules, _NoMemo())
+        memoized, _ = _sites.find_sites(opt, rules, memo)
+        plain, _ = _sites.find_sites(opt, rules, _NoMemo())
         yield opt, rules, memo, memoized, plain
 
 
@@ -96,9 +95,9 @@ def test_node_roots_match_a_full_scan_of_cluster_links(llama3_sites):
     scan: dict[int, int] = {}
     for linked_key, root_key in opt.cluster_links.items():
         assert scan.setdefault(linked_key[0], root_key[0]) == root_key[0]
-    assert scan and _problem.node_roots(opt) == scan
+    assert scan and _sites.node_roots(opt) == scan
     for root in set(scan.values()):
-        assert _problem.twin_count(opt, root) == len({k for k, r in scan.items() if r == root})
+        assert _sites.twin_count(opt, root) == len({k for k, r in scan.items() if r == root})
 
 
 def test_pin_checks_read_only_the_pins_variables(llama3_sites, monkeypatch):
@@ -108,8 +107,7 @@ def test_pin_checks_read_only_the_pins_variables(llama3_sites, monkeypatch):
     solve); it finds the owners the walk finds, and the conflict."""
     import pulp
 
-    from autoparallel_constraints.formulations import _pins
-    from autoparallel_constraints.formulations import strategy_indicator
+    from autoparallel_constraints.formulations import _pins, strategy_indicator
 
     opt, _, _, memoized, _ = llama3_sites
     site = next(s for s in memoized if s.is_root and s.bad_indices)
@@ -131,12 +129,12 @@ def test_pin_checks_read_only_the_pins_variables(llama3_sites, monkeypatch):
 def test_size_rows_of_twins_are_not_built_again(llama3_sites, monkeypatch):
     """A repeated layer's size couplings resolve to its root's variables: skipping them before
     building gives the rows (and notes) building every coupling gives, with fewer sums built."""
-    from autoparallel_constraints import _sizes
+    from autoparallel_constraints.plan import _sizes
 
     opt = llama3_sites[0]
     couplings = _sizes.find_size_couplings(opt.graph, lambda n: n in opt.strats, tuple(opt.mesh.shape), dynamic=False)
     built = [0]
-    indicator = _problem.strategy_indicator
+    indicator = _sites.strategy_indicator
 
     def counted(*a):
         built[0] += 1
@@ -145,9 +143,9 @@ def test_size_rows_of_twins_are_not_built_again(llama3_sites, monkeypatch):
     def rows(**patches):
         built[0] = 0
         with monkeypatch.context() as patch:
-            patch.setattr(_problem, "strategy_indicator", counted)
+            patch.setattr(_sites, "strategy_indicator", counted)
             for name, value in patches.items():
-                patch.setattr(_problem, name, value)
+                patch.setattr(_sites, name, value)
             out = _sizes.build_size_constraints(opt, couplings, Namer("size", taken=opt.prob.constraints))
         return {n: str(c) for n, c in out.constraints.items()}, out.notes, built[0]
 
@@ -162,7 +160,7 @@ def test_highs_routes_build_autoparallels_objective_in_bulk(llama3_sites, monkey
     """``objective_in_bulk`` is autoparallel's ``_set_objective`` term for term (same variables,
     coefficients — twins' multipliers included — and order); an installed hook uses it on the
     HiGHS routes and leaves CBC's route on autoparallel's own step."""
-    from autoparallel_constraints import _solvers
+    from autoparallel_constraints.plan import _solvers
 
     opt = llama3_sites[0]
     assert opt._root_to_linked, "the model must have linked layers (multipliers > 1)"

@@ -9,7 +9,13 @@ from torch.distributed.tensor.placement_types import Replicate, Shard
 
 import autoparallel_constraints as apc
 from autoparallel_constraints.models import SeedBlock, SeedConfig
-from autoparallel_constraints.testing import fresh_strategy_cache, offer_strategy, pin_strategy, find_nodes, strategy_index
+from autoparallel_constraints.testing import (
+    find_nodes,
+    fresh_strategy_cache,
+    offer_strategy,
+    pin_strategy,
+    strategy_index,
+)
 
 SMALL = SeedConfig(num_heads=6, head_dim=8, batch=8, seq=8)
 INDEX_PUT = torch.ops.aten.index_put.default

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from autoparallel_constraints import _doctor
 from autoparallel_constraints.__main__ import main as cli_main
+from autoparallel_constraints.core import _doctor
 from autoparallel_constraints.errors import PIN_COMMIT
 
 ROOT = Path(__file__).resolve().parents[1]

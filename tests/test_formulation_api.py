@@ -170,10 +170,10 @@ def test_broken_formulations_raise_formulation_error(make_mesh, build, match):
 def test_instance_and_bounds_reach_the_problem(make_mesh):
     """An instance of examples/prune's Prune goes in by ``formulation=``: its bounds fix the bad
     strategies' variables to 0 (no row added), reported by family, and the solve respects them."""
-    from examples.prune import Prune
+    from torch.distributed.tensor.placement_types import Shard
 
     from autoparallel_constraints.testing import offer_strategy
-    from torch.distributed.tensor.placement_types import Shard
+    from examples.prune import Prune
 
     s01, s10 = (Shard(0), Shard(1)), (Shard(1), Shard(0))
     with torch.device("meta"):
@@ -200,7 +200,7 @@ def test_instance_and_bounds_reach_the_problem(make_mesh):
 def test_lab_resolves_import_paths_and_says_which_package_is_missing():
     """``compare --formulations strict,mypkg.mymod:MyFormulation``: the path is imported before
     anything runs, and a missing package is named."""
-    from autoparallel_constraints._lab import compare
+    from autoparallel_constraints.lab import compare
 
     with pytest.raises(apc.InvalidOptionError, match=r"cannot import module 'mypkg.mymod'"):
         compare("seed", (2, 4), ["strict", "mypkg.mymod:MyFormulation"], ["cbc"])

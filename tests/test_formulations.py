@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 import autoparallel_constraints as apc
-from autoparallel_constraints._lab import run_seed
-from autoparallel_constraints._report import ARTIFACT_NAME, constraint_report
 from autoparallel_constraints.formulations import FORMULATIONS, make_formulation
 from autoparallel_constraints.formulations.soft import DEFAULT_PENALTY
+from autoparallel_constraints.lab import run_seed
+from autoparallel_constraints.plan._report import ARTIFACT_NAME, constraint_report
 from autoparallel_constraints.testing import cpu_mesh
 from autoparallel_constraints.testing.conformance import SMALL, forced_348, pin_illegal, pin_producers
 
@@ -125,7 +125,7 @@ def test_added_names_follow_the_convention(runs, formulation):
     """Every constraint and variable a formulation added (lazy cuts included) is named
     <formulation>.<family>_<idx> (or size.<kind>_<idx>: the size couplings every formulation
     shares) and is in the optimizer's problem."""
-    from autoparallel_constraints._sizes import KINDS
+    from autoparallel_constraints.plan._sizes import KINDS
 
     run = runs("forced", formulation)
     assert run.error is None, run.error
@@ -239,7 +239,7 @@ def test_report_is_logged_and_emitted_as_trace_artifact(make_mesh, caplog):
     handler = Capture()
     trace_log.addHandler(handler)
     try:
-        with caplog.at_level(logging.INFO, logger="autoparallel_constraints._report"):
+        with caplog.at_level(logging.INFO, logger="autoparallel_constraints.plan._report"):
             run_seed("lazy", make_mesh((2, 4)), config=SMALL, apply=False)
     finally:
         trace_log.removeHandler(handler)

@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from torch.distributed.tensor.placement_types import Replicate, Shard
 
 import autoparallel_constraints as apc
+from autoparallel_constraints.harness._fuzz import MENU, FuzzModel, ModelSpec, Step
+from autoparallel_constraints.plan._sizes import KINDS
 from autoparallel_constraints.testing import run_numerics
-from autoparallel_constraints._sizes import KINDS
-from autoparallel_constraints.testing._fuzz import MENU, FuzzModel, ModelSpec, Step
 
 MESHES = ((2,), (2, 2), (2, 4))
 

@@ -46,7 +46,7 @@ def _stale_strategy_count(mesh) -> tuple[int, int]:
 def test_strategy_cache_is_mesh_blind_and_the_fixture_clears_it(make_mesh, monkeypatch, fresh_strategies):
     """(2,4) then (4,2) in one process: without clearing, the second run's strategies still carry
     the (2,4) mesh; cleared between runs (what ``fresh_strategies`` does), none do."""
-    from autoparallel_constraints import _cache_guard
+    from autoparallel_constraints.plan import _cache_guard
 
     first, second = make_mesh((2, 4)), make_mesh((4, 2))
     reset_strategy_cache()

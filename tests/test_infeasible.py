@@ -17,9 +17,9 @@ import torch
 from torch.distributed.tensor.placement_types import Replicate, Shard
 
 import autoparallel_constraints as apc
-from autoparallel_constraints._lab import run_seed
+from autoparallel_constraints.harness._inject import find_nodes, offer_strategy
+from autoparallel_constraints.lab import run_seed
 from autoparallel_constraints.models import SeedConfig
-from autoparallel_constraints.testing._inject import find_nodes, offer_strategy
 
 SMALL = SeedConfig(num_heads=10, head_dim=16, batch=8, seq=16)
 INDEX_PUT = torch.ops.aten.index_put.default

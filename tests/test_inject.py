@@ -1,4 +1,4 @@
-"""Guards the reproduction tools of ``autoparallel_constraints.testing._inject`` on the seed block of
+"""Guards the reproduction tools of ``autoparallel_constraints.harness._inject`` on the seed block of
 upstream autoparallel issue #348 (2x4 CPU mesh, seed sizes, bf16 params / fp32 reduce).
 
 What must keep holding, against the real autoparallel at the pin (no mocks):
@@ -27,13 +27,12 @@ from torch.distributed.fsdp import MixedPrecisionPolicy
 from torch.distributed.tensor.placement_types import Replicate, Shard
 
 from autoparallel_constraints.errors import InvalidOptionError
-from autoparallel_constraints.models import SEED_CONFIG, SeedBlock
-from autoparallel_constraints.testing._harness import (
+from autoparallel_constraints.harness._cpu import (
     cpu_mesh,
     device_name,
     init_fake_process_group,
 )
-from autoparallel_constraints.testing._inject import (
+from autoparallel_constraints.harness._inject import (
     chosen_strategy,
     find_nodes,
     lower_with_inductor,
@@ -41,6 +40,7 @@ from autoparallel_constraints.testing._inject import (
     pin_strategy,
     strategy_index,
 )
+from autoparallel_constraints.models import SEED_CONFIG, SeedBlock
 
 # Every test builds the seed block at the seed's sizes on a 2x4 mesh.
 

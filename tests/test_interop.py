@@ -10,9 +10,15 @@ import torch
 from torch.distributed.tensor.placement_types import Replicate, Shard
 
 import autoparallel_constraints as apc
-from autoparallel_constraints._lab import run_model
+from autoparallel_constraints.lab import run_model
 from autoparallel_constraints.models import SeedBlock, SeedConfig, SeedStack
-from autoparallel_constraints.testing import find_nodes, offer_strategy, pin_strategy, run_numerics, strategy_index
+from autoparallel_constraints.testing import (
+    find_nodes,
+    offer_strategy,
+    pin_strategy,
+    run_numerics,
+    strategy_index,
+)
 
 SMALL = SeedConfig(num_heads=6, head_dim=8, batch=8, seq=8)
 INDEX_PUT = torch.ops.aten.index_put.default

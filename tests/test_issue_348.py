@@ -13,8 +13,7 @@ import torch
 from torch.distributed.tensor.placement_types import Replicate, Shard
 
 import autoparallel_constraints as apc
-from autoparallel_constraints._lab import run_seed
-from autoparallel_constraints.testing._inject import (
+from autoparallel_constraints.harness._inject import (
     chosen_strategy,
     find_nodes,
     lower_with_inductor,
@@ -22,7 +21,7 @@ from autoparallel_constraints.testing._inject import (
     pin_strategy,
     strategy_index,
 )
-
+from autoparallel_constraints.lab import run_seed
 
 INDEX_PUT = torch.ops.aten.index_put.default
 RS0 = (Replicate(), Shard(0))

@@ -16,7 +16,7 @@ import torch
 
 from autoparallel_constraints import InvalidOptionError
 from autoparallel_constraints.__main__ import main
-from autoparallel_constraints._lab import (
+from autoparallel_constraints.lab import (
     CompareResult,
     RowRuns,
     RunSummary,

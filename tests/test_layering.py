@@ -1,6 +1,7 @@
-"""Guards the package's layering: no import circle among its modules, counting deferred imports
-inside functions too (they hide a circle from Python, not from a reader), and every command-line
-tool reachable as ``python -m autoparallel_constraints <command>``."""
+"""Guards the package's layering: the folders are the pipeline's stages and a lower stage never
+imports a higher one; no import circle among the modules. Every import counts, deferred ones inside
+functions and ``TYPE_CHECKING`` ones too (they hide a circle from Python, not from a reader). And
+every command-line tool is reachable as ``python -m autoparallel_constraints <command>``."""
 
 from __future__ import annotations
 
@@ -31,20 +32,13 @@ def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> list[str]:
 
 
 def import_graph() -> dict[str, set[str]]:
-    """module -> package modules it imports anywhere (top level, in functions, under TYPE_CHECKING
-    excluded: annotations only, never executed)."""
+    """module -> package modules it imports anywhere: top level, inside functions, under
+    ``TYPE_CHECKING``."""
     files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for name, path in files.items():
-        tree = ast.parse(path.read_text())
-        type_only: set[int] = set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-                type_only |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
         deps: set[str] = set()
-        for node in ast.walk(tree):
-            if id(node) in type_only:
-                continue
+        for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom):
                 targets = _resolve(name, path.name == "__init__.py", node)
             elif isinstance(node, ast.Import):
@@ -58,6 +52,46 @@ def import_graph() -> dict[str, set[str]]:
                     deps.add(target)
         graph[name] = deps
     return graph
+
+
+ROOT = "autoparallel_constraints"
+# The pipeline, lowest first: the folder (or top-level module) of each stage. A module may import
+# its own stage and the stages below it. The package itself (its public API) and __main__ (the
+# command line) sit above everything.
+STAGES: list[tuple[str, ...]] = [
+    ("errors", "models", "core"),  # exceptions, example models, placement formatting, versions
+    ("table",),  # the compatibility table: rows, binders, registry
+    ("formulations",),  # the sites of a graph and the ways of adding the table to the ILP
+    ("plan",),  # add_op_constraints: sites -> formulation -> ILP -> solve -> report
+    ("verifier",),  # an independent reading of any parallel graph
+    ("apply",),  # the apply step (runs the verifier) and the audit
+    ("harness",),  # CPU meshes, fake ranks, numerics under LocalTensorMode
+    ("lab",),  # compare, demo, zoo, coverage, ground truth, mutation: the command-line tools
+    ("testing",),  # the public test kit: harness, mutation, conformance, pytest fixtures
+    ("__main__",),
+]
+
+
+def stage_of(module: str) -> int:
+    """The stage index of a package module (the package root is above every stage)."""
+    if module == ROOT:
+        return len(STAGES)
+    head = module.removeprefix(ROOT + ".").split(".")[0]
+    for index, names in enumerate(STAGES):
+        if head in names:
+            return index
+    raise AssertionError(f"{module} is in no stage: add its folder to STAGES")
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of a higher stage, as "importer (stage) -> imported (stage)"."""
+    return sorted(
+        f"{m} ({STAGES[stage_of(m)][0]}) -> {d} ({STAGES[stage_of(d)][0] if d != ROOT else 'package'})"
+        for m, deps in graph.items()
+        if m != ROOT
+        for d in deps
+        if stage_of(d) > stage_of(m)
+    )
 
 
 def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -96,11 +130,34 @@ def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_no_import_circles():
-    """The plugin's state, the apply step, the audit, the report and the explanation depend one
-    way: no strongly connected component of the import graph has two modules."""
+    """No strongly connected component of the import graph (TYPE_CHECKING imports included) has
+    two modules: the plan's state and its report, the apply step, the audit and the explanation
+    depend one way."""
     graph = import_graph()
-    assert "autoparallel_constraints._state" in graph["autoparallel_constraints._apply"]
+    assert "autoparallel_constraints.plan._state" in graph["autoparallel_constraints.apply._materialize"]
     assert find_cycles(graph) == []
+
+
+def test_every_module_is_in_a_stage_and_no_stage_imports_a_higher_one():
+    """The folders are the pipeline: core -> table -> formulations -> plan -> verifier -> apply ->
+    harness -> lab -> testing. A module imports its own stage or lower ones only."""
+    graph = import_graph()
+    assert {stage_of(m) for m in graph} >= set(range(len(STAGES))), "a stage holds no module"
+    assert upward_imports(graph) == []
+
+
+def test_the_stage_check_sees_an_upward_import():
+    """The check itself: the table importing the plan, or the core importing the package's public
+    API, is reported (TYPE_CHECKING imports count too: see import_graph)."""
+    graph = {
+        f"{ROOT}.table._model": {f"{ROOT}.plan._state"},
+        f"{ROOT}.core._doctor": {ROOT},
+        f"{ROOT}.plan._state": {f"{ROOT}.table._model"},
+    }
+    assert upward_imports(graph) == [
+        f"{ROOT}.core._doctor (errors) -> {ROOT} (package)",
+        f"{ROOT}.table._model (table) -> {ROOT}.plan._state (plan)",
+    ]
 
 
 def test_the_cycle_finder_sees_a_deferred_circle():

@@ -10,7 +10,7 @@ import torch
 from torch.distributed.tensor.placement_types import Shard
 
 import autoparallel_constraints as apc
-from autoparallel_constraints._apply import TAG
+from autoparallel_constraints.apply._materialize import TAG
 from autoparallel_constraints.models import SeedBlock, SeedConfig
 from autoparallel_constraints.testing import run_numerics
 

@@ -1,4 +1,4 @@
-"""Guards the mutation harness (autoparallel_constraints.testing._mutate): every operator finds its
+"""Guards the mutation harness (autoparallel_constraints.lab._mutate): every operator finds its
 sites and makes structurally valid mutants that leave the source graph untouched and break its
 numbers; a site where the break would change a local shape is refused with the reason; the four
 outcomes are classified from the numbers and the verdict; and (full tier, with the real verifier)
@@ -12,6 +12,7 @@ import pytest
 import torch
 from torch.distributed.tensor.placement_types import Shard
 
+from autoparallel_constraints.lab._mutate import _numbers, mutate_built
 from autoparallel_constraints.models import AddMul
 from autoparallel_constraints.testing import (
     OPERATORS,
@@ -26,7 +27,6 @@ from autoparallel_constraints.testing import (
     find_sites,
     make_mutant,
 )
-from autoparallel_constraints.testing._mutate import _numbers, mutate_built
 
 # A plan with every kind of redistribution the plugin can materialize on a 2x2 mesh: the input
 # pinned (S0,S1), the output (S1,S0), every planned redistribution a plugin node. Builds in ~3 s.
@@ -158,7 +158,7 @@ def test_mutant_ids_are_reproducible(built):
 
 
 # ---------------------------------------------------------------------------------------------
-# Full tier: the real verifier (autoparallel_constraints._verify) against the numbers
+# Full tier: the real verifier (autoparallel_constraints.verifier) against the numbers
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Guards the LocalTensorMode numerics runner (``autoparallel_constraints.testing._numerics``).
+"""Guards the LocalTensorMode numerics runner (``autoparallel_constraints.harness._numerics``).
 
 The runner is what every correctness claim of the package rests on, so it is proved both ways:
 exact on plans that are right (a Linear, an MLP, the seed block, uneven shards, a ``_StridedShard``
@@ -17,15 +17,11 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.placement_types import Replicate, Shard, _StridedShard
 
 from autoparallel_constraints.errors import InvalidOptionError
+from autoparallel_constraints.harness import _parallel
+from autoparallel_constraints.harness._cpu import cpu_mesh
+from autoparallel_constraints.harness._numerics import NumericsReport, run_numerics
+from autoparallel_constraints.harness._parallel import ShardPerturbation, rank_aware_all_to_all
 from autoparallel_constraints.models import SeedBlock, SeedConfig
-from autoparallel_constraints.testing import _numerics
-from autoparallel_constraints.testing._harness import cpu_mesh
-from autoparallel_constraints.testing._numerics import (
-    NumericsReport,
-    ShardPerturbation,
-    rank_aware_all_to_all,
-    run_numerics,
-)
 
 SMALL_SEED = SeedConfig(num_heads=6, head_dim=8, batch=4, seq=8)
 
@@ -239,10 +235,10 @@ def test_probe_rejects_a_rank_blind_local_tensor_mode(monkeypatch: pytest.Monkey
             return super().__torch_dispatch__(func, types, args, kwargs)
 
     mesh = cpu_mesh((2, 2))
-    _numerics._require_rank_aware_local_tensor(mesh, range(4))  # the real one passes
-    monkeypatch.setattr(_numerics, "LocalTensorMode", RankBlind)
+    _parallel._require_rank_aware_local_tensor(mesh, range(4))  # the real one passes
+    monkeypatch.setattr(_parallel, "LocalTensorMode", RankBlind)
     with pytest.raises(RuntimeError, match="per simulated rank"):
-        _numerics._require_rank_aware_local_tensor(mesh, range(4))
+        _parallel._require_rank_aware_local_tensor(mesh, range(4))
 
 
 def test_uneven_nested_shard_flattening_is_detected() -> None:

@@ -12,7 +12,13 @@ from torch.distributed.tensor.placement_types import Replicate, Shard
 
 import autoparallel_constraints as apc
 from autoparallel_constraints.models import SeedBlock, SeedConfig
-from autoparallel_constraints.testing import find_nodes, offer_strategy, pin_strategy, run_numerics, strategy_index
+from autoparallel_constraints.testing import (
+    find_nodes,
+    offer_strategy,
+    pin_strategy,
+    run_numerics,
+    strategy_index,
+)
 
 INDEX_PUT = torch.ops.aten.index_put.default
 R = Replicate()

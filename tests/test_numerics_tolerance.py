@@ -1,4 +1,4 @@
-"""Guards the numerics runner's default tolerances (``testing._numerics.tolerances``/``compare``):
+"""Guards the numerics runner's default tolerances (``harness._numerics.tolerances``/``compare``):
 fp32 reordering noise — the same sums in another order, as a Partial reduction or a sharded
 contraction computes them — passes at magnitudes like a real model's gradients (values up to ~80),
 where a fixed 1e-5 fails; a 2x gradient, a swapped shard, an unreduced or twice-reduced Partial and
@@ -9,7 +9,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from autoparallel_constraints.testing._numerics import NOISE_ULPS, ParallelRun, Reference, compare, tolerances
+from autoparallel_constraints.harness._numerics import NOISE_ULPS, Reference, compare, tolerances
+from autoparallel_constraints.harness._parallel import ParallelRun
 
 RANKS = (0, 1, 2, 3)
 

@@ -160,9 +160,9 @@ def test_a_failed_add_forgets_the_variables_it_registered():
     (PuLP skips registering a variable whose hash it still indexes)."""
     import pulp
 
-    from autoparallel_constraints._plugin import _add_atomically
     from autoparallel_constraints.formulations import Additions
     from autoparallel_constraints.formulations._base import Bound
+    from autoparallel_constraints.plan._plugin import _add_atomically
 
     prob = pulp.LpProblem("p", pulp.LpMinimize)
     old = pulp.LpVariable("old", 0, 1, cat="Binary")

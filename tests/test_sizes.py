@@ -15,9 +15,15 @@ import torch
 from torch.distributed.tensor.placement_types import Replicate, Shard
 
 import autoparallel_constraints as apc
-from autoparallel_constraints._sizes import SizeCoupling, _leaves, _parse, find_size_couplings, size_mismatches
+from autoparallel_constraints.harness._fuzz import FuzzModel, ModelSpec, Step
+from autoparallel_constraints.plan._sizes import (
+    SizeCoupling,
+    _leaves,
+    _parse,
+    find_size_couplings,
+    size_mismatches,
+)
 from autoparallel_constraints.testing import run_numerics
-from autoparallel_constraints.testing._fuzz import FuzzModel, ModelSpec, Step
 
 # The fuzzer's two shrunk failures: `x = x + b; cat([x[..., :h], 2 * x[..., h:]], -1)`, input R.
 CAT_1D = ModelSpec(

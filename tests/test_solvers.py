@@ -17,11 +17,11 @@ from autoparallel.api import AutoParallel
 from torch.distributed.tensor.placement_types import Shard
 
 import autoparallel_constraints as apc
-from autoparallel_constraints import _solvers
-from autoparallel_constraints._lab import run_seed
-from autoparallel_constraints._report import constraint_report
-from autoparallel_constraints._solvers import SolverConfig, SolverTimeLimitWarning, install, use_solver
+from autoparallel_constraints.lab import run_seed
 from autoparallel_constraints.models import AddMul, SeedConfig
+from autoparallel_constraints.plan import _solvers
+from autoparallel_constraints.plan._report import constraint_report
+from autoparallel_constraints.plan._solvers import SolverConfig, SolverTimeLimitWarning, install, use_solver
 
 SMALL = SeedConfig(num_heads=10, head_dim=16, batch=8, seq=16)
 
@@ -199,7 +199,7 @@ def test_highs_lp_gives_cbcs_objective_on_the_seed_block_and_llama3(make_mesh):
     """highs-lp against CBC: the seed block (small, 2x4) alone and with strict, and llama3_small
     (2 layers, mesh 2) alone and with lazy: the same objective, exact binaries, a clean audit on
     the seed block; each outcome names the relaxation's verdict."""
-    from autoparallel_constraints._lab import run_model
+    from autoparallel_constraints.lab import run_model
     from autoparallel_constraints.models import llama3_small
 
     mesh = make_mesh((2, 4))

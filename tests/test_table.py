@@ -258,7 +258,7 @@ def test_strided_shard_counts_as_shard(mesh24):
     and it prints as SS(dim,split)."""
     from torch.distributed.tensor.placement_types import _StridedShard
 
-    from autoparallel_constraints._placements import fmt_placement
+    from autoparallel_constraints.core._placements import fmt_placement
 
     binding = bind(_row(aten.add.Tensor), _graph_node(aten.add.Tensor, [(8, 8), (8, 8)]))
     ss = _StridedShard(0, split_factor=2)

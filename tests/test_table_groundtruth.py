@@ -16,9 +16,9 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.placement_types import Partial, Replicate, Shard
 
 import autoparallel_constraints as apc
-from autoparallel_constraints.table import ArgSpec, OpRule, PartialCombo, Reduce
 from autoparallel_constraints.__main__ import main as cli_main
-from autoparallel_constraints.table import _groundtruth as gt
+from autoparallel_constraints.lab import _groundtruth as gt
+from autoparallel_constraints.table import ArgSpec, OpRule, PartialCombo, Reduce
 
 aten = torch.ops.aten
 ROWS = list(apc.default_table())

@@ -24,8 +24,8 @@ import torch
 from torch.distributed.tensor.placement_types import Replicate, Shard
 
 import autoparallel_constraints as apc
-from autoparallel_constraints import _apply
-from autoparallel_constraints._lab import run_seed
+from autoparallel_constraints.apply import _materialize
+from autoparallel_constraints.lab import run_seed
 from autoparallel_constraints.models import SeedBlock, SeedConfig, llama3_small
 from autoparallel_constraints.testing import cpu_mesh, run_numerics
 from autoparallel_constraints.testing.conformance import swapped_case
@@ -48,15 +48,15 @@ def _mesh_dims_swapped(local: torch.Tensor, source: Any, target: Any) -> torch.T
 def _swapped_case(verify: str, sabotage: Any = None, materialize: str = "table") -> tuple[Any, list[Any]]:
     """The conformance kit's swapped index_put case, formulation explicit, with an optional
     sabotaged redistribute. Returns the numbers and the audits taken (none when apply failed)."""
-    original = _apply.apc_redistribute
+    original = _materialize.apc_redistribute
     if sabotage is not None:
-        _apply.apc_redistribute = sabotage
+        _materialize.apc_redistribute = sabotage
     try:
         report, audit = swapped_case(
             lambda autop: autop.add_op_constraints(formulation="explicit", materialize=materialize, verify=verify)
         )
     finally:
-        _apply.apc_redistribute = original
+        _materialize.apc_redistribute = original
     return report, [audit] if audit is not None else []
 
 
@@ -162,11 +162,11 @@ def _verified_twice(autop: Any) -> tuple[Any, Any, int, int, int, Counter[str]]:
     how many view candidates the rule refused, and the DTensor memos' hits."""
     import contextlib
 
-    from autoparallel_constraints import _verify
+    from autoparallel_constraints.verifier import _propagation, _walk
 
     calls, refused = [0], [0]
-    compute, refusal = _verify._Verifier._compute, _verify._Verifier._view_rule_refusal
-    memos, memo_hits = _verify._dtensor_memos, []
+    compute, refusal = _walk._Verifier._compute, _walk._Verifier._view_rule_refusal
+    memos, memo_hits = _propagation._dtensor_memos, []
 
     @contextlib.contextmanager
     def counted_memos() -> Any:
@@ -184,14 +184,14 @@ def _verified_twice(autop: Any) -> tuple[Any, Any, int, int, int, Counter[str]]:
         return out
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_verify._Verifier, "_compute", counted)
-        patch.setattr(_verify._Verifier, "_view_rule_refusal", counted_refusal)
-        patch.setattr(_verify, "_dtensor_memos", counted_memos)
+        patch.setattr(_walk._Verifier, "_compute", counted)
+        patch.setattr(_walk._Verifier, "_view_rule_refusal", counted_refusal)
+        patch.setattr(_walk, "_dtensor_memos", counted_memos)
         fast = apc.verify(autop)
         with_memo, calls[0] = calls[0], 0
-        patch.setattr(_verify, "_compute_key", lambda *a: None)
-        patch.setattr(_verify._Verifier, "_view_rule_refusal", lambda self, *a: None)
-        patch.setattr(_verify, "_dtensor_memos", contextlib.nullcontext)
+        patch.setattr(_propagation, "_compute_key", lambda *a: None)
+        patch.setattr(_walk._Verifier, "_view_rule_refusal", lambda self, *a: None)
+        patch.setattr(_walk, "_dtensor_memos", contextlib.nullcontext)
         plain = apc.verify(autop)
     (hits,) = memo_hits
     return fast, plain, with_memo, calls[0], refused[0], hits
@@ -217,13 +217,13 @@ def test_dtensor_memos_keep_what_the_value_depends_on_and_restore_dtensor():
     from torch.distributed.tensor._ops import utils as op_utils
     from torch.distributed.tensor.placement_types import _StridedShard
 
-    from autoparallel_constraints import _verify
+    from autoparallel_constraints.verifier import _propagation
 
-    keys = {_verify._meta_key(a) for a in (1, 1.0, True, [1, 2], (1, 2))}
+    keys = {_propagation._meta_key(a) for a in (1, 1.0, True, [1, 2], (1, 2))}
     assert len(keys) == 5, keys
     propagator = DTensor._op_dispatcher.sharding_propagator
     before = (op_utils.redistribute_cost, _StridedShard.local_shard_size_and_offset)
-    with pytest.raises(RuntimeError), _verify._dtensor_memos():
+    with pytest.raises(RuntimeError), _propagation._dtensor_memos():
         assert op_utils.redistribute_cost is not before[0]
         assert "_propagate_tensor_meta_non_cached" in vars(propagator)
         raise RuntimeError("a verification that fails")
@@ -272,7 +272,7 @@ def test_shard_order_survives_local_ops(out_order, ok):
     gradients whose plugin node had its mesh dims swapped were called clean)."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from autoparallel_constraints._verify import verify_graph
+    from autoparallel_constraints.verifier._walk import verify_graph
 
     mesh = cpu_mesh((2, 2))
     gm = make_fx(lambda x: x.clone().sum(1), tracing_mode="fake")(torch.empty(2, 4))
@@ -299,7 +299,7 @@ def test_flatten_of_two_sharded_dims_into_a_contraction(b_placements, verdict):
     from torch.distributed.tensor.placement_types import Partial
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from autoparallel_constraints._verify import verify_graph
+    from autoparallel_constraints.verifier._walk import verify_graph
 
     mesh = cpu_mesh((2, 2))
     gm = make_fx(lambda a, b: torch.bmm(a.reshape(1, 48, 16), b.reshape(1, 16, 16)), tracing_mode="fake")(
@@ -327,7 +327,7 @@ def test_a_view_keeps_every_reading_until_an_op_decides(out_placements, ok):
     (here the output contract) decides."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from autoparallel_constraints._verify import verify_graph
+    from autoparallel_constraints.verifier._walk import verify_graph
 
     mesh = cpu_mesh((2, 2))
     gm = make_fx(lambda x: x.reshape(4, 16, 1, 16).permute(0, 2, 1, 3), tracing_mode="fake")(torch.empty(4, 16, 16))
@@ -350,7 +350,7 @@ def test_a_batch_of_one_per_rank_moves_into_the_rows(w_placements, ok):
     contracted dim the only reading that fits sums the samples (Partial), which the contract refuses."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from autoparallel_constraints._verify import verify_graph
+    from autoparallel_constraints.verifier._walk import verify_graph
 
     mesh = cpu_mesh((4, 2))
     gm = make_fx(lambda x, w: torch.bmm(x.reshape(1, 16, 64), w).reshape(16, 128), tracing_mode="fake")(
@@ -405,7 +405,7 @@ def test_a_reassembly_of_a_tensor_no_gather_stacked_is_not_proven():
     from torch.distributed.tensor.placement_types import Replicate as R
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from autoparallel_constraints._verify import verify_graph
+    from autoparallel_constraints.verifier._walk import verify_graph
 
     mesh = cpu_mesh((2, 2))
     gm = make_fx(lambda x: torch.cat(torch.split(x, 2, 0), 1), tracing_mode="fake")(torch.empty(4, 4))
@@ -424,7 +424,7 @@ def test_even_local_shapes_are_dtensors_on_every_rank():
     from torch.distributed.tensor._utils import _compute_local_shape_and_global_offset
     from torch.distributed.tensor.placement_types import Partial, _StridedShard
 
-    from autoparallel_constraints._verify import _even_local_shape
+    from autoparallel_constraints.verifier._values import _even_local_shape
 
     sizes = (2, 4)
     menu = [Replicate(), Partial(), Shard(0), Shard(1), _StridedShard(0, split_factor=2), _StridedShard(1, split_factor=4)]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autoparallel_constraints._zoo import MESHES, ZooRow, format_table, zoo_row
+from autoparallel_constraints.lab._zoo import MESHES, ZooRow, format_table, zoo_row
 from autoparallel_constraints.models import ZOO, zoo_model
 
 FAMILIES = {"llama", "mistral", "qwen2", "gpt2", "gpt_neox", "phi", "gemma", "opt", "bloom", "mixtral"}

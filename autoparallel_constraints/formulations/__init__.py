@@ -9,7 +9,6 @@ with :func:`register_formulation`. The built-ins come in through the same door.
 
 from __future__ import annotations
 
-from .._problem import Site, strategy_indicator, twin_count
 from ._base import (
     FORBID_MODES,
     Additions,
@@ -23,7 +22,14 @@ from ._base import (
     forbid,
 )
 from ._pins import refuse_conflicting_pins
-from ._registry import FORMULATIONS, load_formulation, make_formulation, register_formulation, validate_formulation
+from ._registry import (
+    FORMULATIONS,
+    load_formulation,
+    make_formulation,
+    register_formulation,
+    validate_formulation,
+)
+from ._sites import Site, strategy_indicator, twin_count
 from .explicit import Explicit
 from .lazy import Lazy
 from .soft import Soft

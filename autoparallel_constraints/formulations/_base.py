@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from autoparallel.optimize_sharding import ShardingOptimizer
     from torch.distributed.tensor._dtensor_spec import DTensorSpec
 
-    from .._problem import Site
+    from ._sites import Site
 
 logger = logging.getLogger(__name__)
 

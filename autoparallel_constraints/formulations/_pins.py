@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING
 
 import pulp
 
-from .._placements import fmt_spec
+from ..core._placements import fmt_spec
 from ..errors import StrictConflictError
 
 if TYPE_CHECKING:
     from autoparallel.optimize_sharding import ShardingOptimizer
 
-    from .._problem import Site
+    from ._sites import Site
 
 # Constraint families autoparallel adds by itself; everything else on a site is a user's pin.
 DEFAULT_FAMILIES = (

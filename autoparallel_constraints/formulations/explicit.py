@@ -14,7 +14,7 @@ from ._base import Additions, Formulation, Namer, Repair, check_forbid_mode, for
 if TYPE_CHECKING:
     from autoparallel.optimize_sharding import ShardingOptimizer
 
-    from .._problem import Site
+    from ._sites import Site
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class Explicit(Formulation):
              → Implemented in: Explicit.build()   (``explicit.forbid_<idx>``, a ``Bound`` each;
              ``forbid="row"``: the row Σ_{o∈B_t∖R_t} Σ_j x[t,0,o,j] = 0, as strict)
     Apply: every r[t,o] = 1 becomes one named node per offending input (and per twin layer) in
-    front of the op, computing σ -> τ with DTensor's redistribute (see ``_apply``).
+    front of the op, computing σ -> τ with DTensor's redistribute (see ``apply._materialize``).
     """
 
     name = "explicit"
@@ -60,7 +60,7 @@ class Explicit(Formulation):
         """(E1) r[t,o] − Σ_j x[t,0,o,j] = 0, objective + m_t·c[t,o]·r[t,o]; (E2) forbid the rest."""
         from autoparallel.cost_models.collective_runtime_estimation import estimate_strategy_comms_cost
 
-        from .._problem import strategy_indicator, twin_count
+        from ._sites import strategy_indicator, twin_count
 
         out = Additions()
         for site in sites:

@@ -13,7 +13,7 @@ from ._pins import find_pin_conflicts, raise_pin_conflicts, refuse_all_bad
 if TYPE_CHECKING:
     from autoparallel.optimize_sharding import ShardingOptimizer
 
-    from .._problem import Site
+    from ._sites import Site
 
 logger = logging.getLogger(__name__)
 
@@ -22,7 +22,7 @@ __all__ = ["Lazy", "chosen_bad_strategy"]
 
 def chosen_bad_strategy(opt: ShardingOptimizer, site: Site) -> int | None:
     """The strategy of B_t the current plan runs at ``site``, or None if it runs a co-sharded one."""
-    from .._problem import strategy_indicator
+    from ._sites import strategy_indicator
 
     for o in site.bad_indices:
         if sum(var.varValue or 0.0 for var in strategy_indicator(opt, site.node_idx, o)) > 0.5:
@@ -83,7 +83,7 @@ class Lazy(Formulation):
         self, opt: ShardingOptimizer, sites: Sequence[Site], additions: Additions, namer: Namer, round_index: int
     ) -> Additions | None:
         """(L1) for t ∈ V_k: Σ_{o∈B_t} Σ_j x[t,0,o,j] = 0, or None when V_k = ∅."""
-        from .._problem import strategy_indicator
+        from ._sites import strategy_indicator
 
         cut_sites = set(additions.owners.values())
         out = Additions()

@@ -15,7 +15,7 @@ from ._base import Additions, Elastic, Formulation, Namer
 if TYPE_CHECKING:
     from autoparallel.optimize_sharding import ShardingOptimizer
 
-    from .._problem import Site
+    from ._sites import Site
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class Soft(Formulation):
 
     def build(self, opt: ShardingOptimizer, sites: Sequence[Site], namer: Namer) -> Additions:
         """(F1) Σ_{o∈B_t} Σ_j x[t,0,o,j] − s[t] ≤ 0; objective + λ·m_t·s[t]."""
-        from .._problem import strategy_indicator, twin_count
+        from ._sites import strategy_indicator, twin_count
 
         penalty = float(self.config["penalty"])
         out = Additions()

@@ -12,7 +12,7 @@ from ._pins import find_pin_conflicts, raise_pin_conflicts, refuse_all_bad
 if TYPE_CHECKING:
     from autoparallel.optimize_sharding import ShardingOptimizer
 
-    from .._problem import Site
+    from ._sites import Site
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class Strict(Formulation):
 
     def build(self, opt: ShardingOptimizer, sites: Sequence[Site], namer: Namer) -> Additions:
         """(S1): x[t,0,o,j] ≤ 0 for o ∈ B_t (or the row Σ_{o∈B_t} Σ_j x[t,0,o,j] = 0) per root site t."""
-        from .._problem import strategy_indicator
+        from ._sites import strategy_indicator
 
         out = Additions()
         for site in sites:

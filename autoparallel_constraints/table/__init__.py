@@ -7,6 +7,7 @@
   (``python -m autoparallel_constraints groundtruth [--full]``).
 """
 
+from ._binders import bind
 from ._model import (
     ALL_REDUCES,
     IDEMPOTENT,
@@ -15,6 +16,7 @@ from ._model import (
     ArgSpec,
     Binding,
     BoundArg,
+    CheckMemo,
     DimKind,
     Flag,
     Linearity,
@@ -24,11 +26,9 @@ from ._model import (
     Reduce,
     Role,
     Take,
-    CheckMemo,
     check,
     repair_targets,
 )
-from ._binders import bind
 from ._registry import OpSelector, Table, default_table, validate_row
 
 __all__ = [

@@ -31,7 +31,7 @@ on every mesh dim, one of:
   gives (or Replicate where it says so).
 
 The rules are checked against ground truth (the op run on every rank's shards) on 1-D and 2-D
-meshes by ``autoparallel_constraints.table._groundtruth``.
+meshes by ``autoparallel_constraints.lab._groundtruth``.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.distributed.tensor.placement_types import Partial, Placement, Replicate, Shard, _StridedShard
 
-from .._placements import fmt_placement
+from ..core._placements import fmt_placement
 
 if TYPE_CHECKING:
     from torch.distributed.tensor._dtensor_spec import DTensorSpec

@@ -11,7 +11,7 @@ them, the rest Replicate; ``Take.ONE`` — exactly one. ``IDEMPOTENT`` ops (avg,
 value replicated on every rank unchanged, so a replicated operand can pass through them.
 
 Every combination here is checked against ground truth on 1-D and 2-D meshes by
-``autoparallel_constraints.table._groundtruth``. Non-accumulating writes through an index tensor
+``autoparallel_constraints.lab._groundtruth``. Non-accumulating writes through an index tensor
 (index_put without accumulate, index_copy, scatter with src) take no Partial operand: with
 duplicate indices the element written is unspecified (and on GPU may differ between ranks), so a
 rank-wise reduction of such writes is not the write of the reduction.

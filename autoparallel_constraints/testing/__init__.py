@@ -6,45 +6,37 @@ Importable by users' own tests; pytest fixtures live in
 ``autoparallel_constraints.testing.pytest_plugin``.
 """
 
-from ._harness import (
+from ..harness import (
     DEFAULT_DEVICE_NAME,
-    cpu_mesh,
-    device_name,
-    fresh_strategy_cache,
-    init_fake_process_group,
-    reset_strategy_cache,
-)
-from ._inject import (
-    OfferedStrategy,
-    chosen_strategy,
-    find_nodes,
-    lower_with_inductor,
-    offer_strategy,
-    pin_strategy,
-    strategy_index,
-)
-from ._mutate import (
-    OPERATORS,
-    MutantId,
-    MutantResult,
-    MutationReport,
-    NotConstructible,
-    Site,
-    Source,
-    build_source,
-    classify,
-    find_sites,
-    make_mutant,
-    run_mutations,
-)
-from ._numerics import (
     NumericsReport,
+    OfferedStrategy,
     ShardPerturbation,
     TensorCheck,
     apply_on_one_rank,
+    chosen_strategy,
+    cpu_mesh,
+    device_name,
+    find_nodes,
+    fresh_strategy_cache,
+    init_fake_process_group,
+    lower_with_inductor,
+    offer_strategy,
+    pin_strategy,
     rank_aware_all_to_all,
+    reset_strategy_cache,
     run_numerics,
     run_parallel_graph,
+    strategy_index,
+)
+from ..lab._mutants import OPERATORS, NotConstructible, Site, find_sites, make_mutant
+from ..lab._mutate import (
+    MutantId,
+    MutantResult,
+    MutationReport,
+    Source,
+    build_source,
+    classify,
+    run_mutations,
 )
 
 __all__ = [

@@ -44,15 +44,15 @@ import pytest
 import torch
 from torch.distributed.tensor.placement_types import Replicate, Shard
 
-from .._audit import AuditReport, audit
-from .._lab import RunSummary, run_seed
-from .._report import ConstraintReport, constraint_report
+from ..apply._audit import AuditReport, audit
 from ..errors import ConstraintsError, VerificationError
 from ..formulations import Formulation, make_formulation
+from ..harness._cpu import cpu_mesh, device_name, init_fake_process_group
+from ..harness._inject import find_nodes, lower_with_inductor, offer_strategy, pin_strategy, strategy_index
+from ..harness._numerics import NumericsReport, run_numerics
+from ..lab._runs import RunSummary, run_seed
 from ..models import SeedBlock, SeedConfig
-from ._harness import cpu_mesh, device_name, init_fake_process_group
-from ._inject import find_nodes, lower_with_inductor, offer_strategy, pin_strategy, strategy_index
-from ._numerics import NumericsReport, run_numerics
+from ..plan._report import ConstraintReport, constraint_report
 
 __all__ = [
     "SMALL",

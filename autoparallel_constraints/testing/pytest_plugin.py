@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 import pytest
 from torch.distributed.device_mesh import DeviceMesh
 
-from ._harness import cpu_mesh, device_name, fresh_strategy_cache, init_fake_process_group
+from ..harness._cpu import cpu_mesh, device_name, fresh_strategy_cache, init_fake_process_group
 
 
 @pytest.fixture(scope="session")

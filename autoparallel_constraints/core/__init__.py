@@ -1,0 +1,6 @@
+"""The core every stage may use: placement formatting and local shapes, the check that
+autoparallel is importable, and the version report (``python -m autoparallel_constraints doctor``).
+
+Stage 0 of the pipeline (``docs/architecture.md``); it imports nothing else of the package but
+:mod:`autoparallel_constraints.errors`.
+"""

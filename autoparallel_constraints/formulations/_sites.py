@@ -1,0 +1,145 @@
+"""A read-only view of autoparallel's ILP for the formulations: table sites and their variables.
+
+autoparallel's optimizer (``ShardingOptimizer``) works on a concretized copy of the joint graph.
+Its decision variable ``x[i, a, o, j]`` says node ``i`` runs strategy ``o`` and its argument ``a``
+comes from the producer's strategy ``j``; repeated layers share variables through
+``cluster_links`` (linked key -> root key). A *site* is one node of that graph whose op has a table
+row, with the co-sharding verdict of each of its strategies.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..table import Binding, CheckMemo, Mismatch, OpRule, bind
+
+if TYPE_CHECKING:
+    import pulp
+    from autoparallel.optimize_sharding import ShardingOptimizer
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Site", "find_sites", "node_roots", "strategy_indicator", "twin_count"]
+
+
+@dataclass(frozen=True, slots=True)
+class Site:
+    """A table op in the optimizer's graph and the verdict on each of its strategies."""
+
+    node: torch.fx.Node  # node of the optimizer's (concrete) graph
+    orig: torch.fx.Node  # the same node in autop.gm, which apply_placement lowers
+    node_idx: int
+    root_idx: int  # the cluster root whose variables this node shares (itself if not linked)
+    rule: OpRule
+    binding: Binding
+    verdicts: tuple[tuple[Mismatch, ...], ...]  # per strategy index; empty = co-sharded
+
+    @property
+    def is_root(self) -> bool:
+        return self.node_idx == self.root_idx
+
+    @property
+    def bad_indices(self) -> tuple[int, ...]:
+        return tuple(i for i, v in enumerate(self.verdicts) if v)
+
+    @property
+    def num_strategies(self) -> int:
+        return len(self.verdicts)
+
+
+def find_sites(
+    opt: ShardingOptimizer, rules: Sequence[OpRule], memo: CheckMemo | None = None
+) -> tuple[list[Site], float]:
+    """Sites of ``rules`` in the optimizer's graph, in graph order, and the seconds it took.
+
+    Verdicts go through ``memo`` (a fresh :class:`CheckMemo` by default): a strategy whose
+    (binding, input specs, output specs) was checked before — on this node or on a twin in
+    another layer — reuses that verdict, so the checks grow with distinct layers, not depth.
+    """
+    t0 = time.perf_counter()
+    memo = CheckMemo() if memo is None else memo
+    by_op = {r.op: r for r in rules}
+    node_root = node_roots(opt)
+    sites: list[Site] = []
+    for node in opt.graph.nodes:
+        rule = by_op.get(node.target)
+        if rule is None or node not in opt.strats or node.op != "call_function":
+            continue
+        binding = bind(rule, node, is_input=lambda n: n in opt.strats)
+        if binding is None:
+            continue
+        strategies = opt.strats[node].strategies
+        verdicts = memo.verdicts(binding, [(s.input_specs, s.output_specs) for s in strategies])
+        idx = opt.node_map[node]
+        sites.append(
+            Site(
+                node=node,
+                orig=opt._concrete_to_orig.get(node, node),
+                node_idx=idx,
+                root_idx=node_root.get(idx, idx),
+                rule=rule,
+                binding=binding,
+                verdicts=verdicts,
+            )
+        )
+    logger.debug("apc: find_sites: %d sites, %d checks, %d reused", len(sites), memo.misses, memo.hits)
+    return sites, time.perf_counter() - t0
+
+
+def strategy_indicator(opt: ShardingOptimizer, node_idx: int, out_idx: int) -> list[pulp.LpVariable]:
+    """Variables whose sum is 1 exactly when node ``node_idx`` runs strategy ``out_idx``.
+
+    Uses argument 0 (autoparallel's consistency constraints make every argument agree) and
+    resolves cluster links, so a linked node yields its root's variables.
+    """
+    node = opt.nodes[node_idx]
+    strategy = opt.strats[node].strategies[out_idx]
+    n_inputs = len(strategy.redistribute_cost[0])
+    return [opt._get_pulp_variable((node_idx, 0, out_idx, j)) for j in range(n_inputs)]
+
+
+def node_roots(opt: ShardingOptimizer) -> dict[int, int]:
+    """Linked node index -> its cluster root's node index, for every linked node.
+
+    autoparallel links *every* key ``(i, a, o, j)`` of a linked node to the same root node
+    (``create_cluster_links``), so the key ``(i, 0, 0, 0)`` tells: one lookup per node instead of
+    a pass over ``cluster_links`` (one entry per linked variable, ~10^5-10^6 at real depth).
+    Cached on the optimizer while ``cluster_links`` keeps its size.
+    """
+    links = opt.cluster_links
+    cached = getattr(opt, "_apc_node_roots", None)
+    if cached is not None and cached[0] == len(links):
+        return cached[1]
+    roots: dict[int, int] = {}
+    if links:
+        for idx in range(len(opt.nodes)):
+            root_key = links.get((idx, 0, 0, 0))
+            if root_key is not None:
+                roots[idx] = root_key[0]
+    opt._apc_node_roots = (len(links), roots)
+    return roots
+
+
+def twin_count(opt: ShardingOptimizer, root_idx: int) -> int:
+    """How many linked nodes share ``root_idx``'s variables (repeated layers)."""
+    roots = node_roots(opt)
+    counts = getattr(opt, "_apc_twin_counts", None)
+    if counts is None or counts[0] is not roots:
+        counts = (roots, collections.Counter(roots.values()))
+        opt._apc_twin_counts = counts
+    return counts[1][root_idx]
+
+
+def strategy_index(opt: ShardingOptimizer, node: torch.fx.Node, chosen: Any) -> int | None:
+    """Index of the OpSpec object ``chosen`` among ``node``'s strategies (identity)."""
+    for i, s in enumerate(opt.strats[node].strategies):
+        if s is chosen:
+            return i
+    return None

@@ -1,0 +1,243 @@
+"""The transformers zoo: tiny causal LMs nobody here wrote, through the plugin's default call.
+
+``python -m autoparallel_constraints zoo [--families llama,gpt2] [--mesh 2x2] [--dynamic on|off|both]
+[--json FILE]`` (``--table a.json,b.json`` prints saved runs' table) runs every family of :data:`~.models.ZOO` (built on the meta device from a local
+config, no downloads; eager attention, ``use_cache=False``, dropout 0, input ``[4, 16]`` token ids
+pinned ``(S(0), R, ...)``, logits pinned the same, parameter-memory constraint) on each mesh
+(default 2x2 and 2x4), with ``dynamic=True`` and ``False``, each through
+``autop.add_op_constraints()`` with its defaults:
+
+* ``dynamic=True``: solve, build the parallel graph (:func:`~.testing.apply_on_one_rank`, the step
+  ``apply_placement`` starts with and the plugin hooks), ``apc.audit`` and LocalTensorMode numerics
+  against one device (:func:`~.testing.run_numerics`, its default tolerances);
+* ``dynamic=False``: solve, the public ``apply_placement``, ``apc.audit`` and Inductor lowering of
+  the parallel graph (:func:`~.testing.lower_with_inductor`). No numerics: with static shapes a
+  rank's mesh coordinates are baked into the graph, so a LocalTensorMode run would compare a correct
+  plan wrong (see the harness's docstring).
+
+One row per run: family, mesh, dynamic, the table ops the audit checked, the *uncovered* ops (ops
+with two or more tensor inputs in the joint graph and no table row, see ``coverage``), the plugin's
+redistributes, the audit's verdict, the numerics (worst tensor by error relative to its tolerance,
+its max error and norm ratio) or the lowering, and the seconds. A run that raises is a row with the
+stage and the error. Exit status 0 when every row is clean and exact (or lowered).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch.distributed.tensor.placement_types import Replicate, Shard
+
+from ..apply._audit import audit
+from ..harness import cpu_mesh, device_name, lower_with_inductor, run_numerics
+from ..models import ZOO, zoo_model
+from ._cli import parse_mesh
+from ._coverage import coverage_of_graph
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ZooRow", "add_zoo_subcommand", "format_table", "run_zoo", "zoo_row"]
+
+MESHES: tuple[tuple[int, ...], ...] = ((2, 2), (2, 4))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ZooRow:
+    """One family on one mesh, static or dynamic. ``numerics`` is ``"exact"``, ``"WRONG"``,
+    ``"lowered"`` (static: Inductor lowered the parallel graph) or ``"-"`` (the run stopped earlier);
+    ``worst``/``error``/``ratio`` describe the tensor furthest from its tolerance."""
+
+    family: str
+    mesh: tuple[int, ...]
+    dynamic: bool
+    table_ops: int | None = None
+    uncovered: tuple[str, ...] = ()
+    redistributes: int | None = None
+    audit: str = "-"
+    numerics: str = "-"
+    worst: str = ""
+    error: float | None = None
+    ratio: float | None = None
+    seconds: float = 0.0
+    failure: str = ""
+    details: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.failure and self.audit == "clean" and self.numerics in ("exact", "lowered")
+
+
+def _batch(ndim: int) -> list[tuple[Any, ...]]:
+    return [(Shard(0),) + (Replicate(),) * (ndim - 1)]
+
+
+def _uncovered(gm: torch.fx.GraphModule) -> tuple[str, ...]:
+    return tuple(o.op for o in coverage_of_graph(gm).uncovered)
+
+
+def _dynamic_row(family: str, mesh_shape: tuple[int, ...]) -> dict[str, Any]:
+    model_fn, input_fn = zoo_model(family)
+    seen: dict[str, Any] = {}
+
+    def after_apply(autop: Any) -> None:
+        seen["uncovered"] = _uncovered(autop.gm)
+        seen["audit"] = audit(autop)
+
+    report = run_numerics(model_fn, input_fn, mesh_shape, input_placements=_batch(len(mesh_shape)),
+                          output_placements=_batch(len(mesh_shape)),
+                          configure=lambda autop: autop.add_op_constraints(), after_apply=after_apply)
+    out: dict[str, Any] = {"uncovered": seen.get("uncovered", ())}
+    if "audit" in seen:
+        rep = seen["audit"]
+        out.update(table_ops=rep.table_nodes, redistributes=len(rep.redistributes), audit=rep.verdict)
+    if report.checks:
+        worst = max(report.checks, key=lambda c: c.excess)
+        out.update(numerics="exact" if report.ok else "WRONG", worst=worst.name, error=worst.max_abs_err,
+                   ratio=worst.ratio)
+    if report.error is not None:
+        out.update(failure=report.error, details=report.details)
+    return out
+
+
+def _static_row(family: str, mesh_shape: tuple[int, ...]) -> dict[str, Any]:
+    from autoparallel.api import AutoParallel
+
+    model_fn, input_fn = zoo_model(family)
+    with torch.device("meta"):
+        model = model_fn()
+    out: dict[str, Any] = {}
+    stage = "build"
+    try:
+        with device_name(), AutoParallel(model, input_fn, cpu_mesh(mesh_shape), dynamic=False) as autop:
+            stage = "constraints"
+            autop.add_input_constraints(_batch(len(mesh_shape)))
+            autop.add_output_constraints(_batch(len(mesh_shape)))
+            autop.add_parameter_memory_constraint()
+            autop.add_op_constraints()
+            out["uncovered"] = _uncovered(autop.gm)
+            stage = "solve"
+            placement = autop.optimize_placement()
+            stage = "apply"
+            autop.apply_placement(placement)
+            stage = "audit"
+            rep = audit(autop)
+            out.update(table_ops=rep.table_nodes, redistributes=len(rep.redistributes), audit=rep.verdict)
+            stage = "inductor"
+            lower_with_inductor(autop)
+            out["numerics"] = "lowered"
+    except Exception as exc:  # noqa: BLE001  (a row, not a crash: the zoo reports every family)
+        first = (str(exc).strip().splitlines() or [""])[0]
+        out.update(failure=f"{stage}: {type(exc).__name__}: {first}", details=traceback.format_exc())
+    return out
+
+
+def zoo_row(family: str, mesh_shape: Sequence[int], *, dynamic: bool) -> ZooRow:
+    """Run one family on one mesh (see the module docstring) and return its row."""
+    mesh_shape = tuple(int(s) for s in mesh_shape)
+    t0 = time.perf_counter()
+    fields = (_dynamic_row if dynamic else _static_row)(family, mesh_shape)
+    row = ZooRow(family=family, mesh=mesh_shape, dynamic=dynamic, seconds=time.perf_counter() - t0, **fields)
+    logger.info("zoo %s %s dynamic=%s: %s", family, mesh_shape, dynamic, row.failure or row.numerics)
+    return row
+
+
+def run_zoo(families: Sequence[str] | None = None, meshes: Sequence[tuple[int, ...]] = MESHES,
+            dynamic: Sequence[bool] = (True, False), *, progress: Any = None) -> list[ZooRow]:
+    """Every family x mesh x dynamic, in that order; ``progress(row)`` after each."""
+    families = list(families) if families is not None else sorted(ZOO)
+    unknown = [f for f in families if f not in ZOO]
+    if unknown:
+        raise KeyError(f"unknown zoo families {unknown}; the zoo has: {', '.join(sorted(ZOO))}")
+    rows = []
+    for family in families:
+        for mesh_shape in meshes:
+            for dyn in dynamic:
+                row = zoo_row(family, mesh_shape, dynamic=dyn)
+                rows.append(row)
+                if progress is not None:
+                    progress(row)
+    return rows
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def format_table(rows: Sequence[ZooRow]) -> str:
+    """The zoo's one table, then the failures with their stage and first line, then the uncovered ops."""
+    head = ("family", "mesh", "dynamic", "table ops", "uncovered", "redistributes", "audit", "numerics",
+            "worst tensor", "max err", "ratio", "s")
+    body = [
+        (r.family, "x".join(map(str, r.mesh)), "yes" if r.dynamic else "no", _fmt(r.table_ops, "d"),
+         str(len(r.uncovered)), _fmt(r.redistributes, "d"), r.audit if not r.failure else "FAILED",
+         r.numerics, r.worst or "-", _fmt(r.error, ".2e"), _fmt(r.ratio, ".6f"), f"{r.seconds:.0f}")
+        for r in rows
+    ]
+    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(b, widths)) for b in body]
+    failed = [r for r in rows if r.failure]
+    if failed:
+        lines.append("failures:")
+        lines += [f"  {r.family} {'x'.join(map(str, r.mesh))} dynamic={r.dynamic}: {r.failure}" for r in failed]
+    uncovered = sorted({op for r in rows for op in r.uncovered})
+    lines.append("uncovered ops (>=2 tensor inputs, no table row): " + (", ".join(uncovered) or "none"))
+    ok = sum(r.ok for r in rows)
+    lines.append(f"{ok} of {len(rows)} runs clean and exact (static runs: clean and lowered)")
+    return "\n".join(lines)
+
+
+def _load_rows(paths: Sequence[str]) -> list[ZooRow]:
+    rows = []
+    for path in paths:
+        with open(path) as f:
+            for item in json.load(f):
+                rows.append(ZooRow(**{**item, "mesh": tuple(item["mesh"]), "uncovered": tuple(item["uncovered"])}))
+    return rows
+
+
+def _zoo_command(args: argparse.Namespace) -> int:
+    if args.table:
+        rows = _load_rows(args.table.split(","))
+        print(format_table(rows))
+        return 0 if all(r.ok for r in rows) else 1
+    families = args.families.split(",") if args.families else None
+    meshes = [args.mesh] if args.mesh else list(MESHES)
+    dynamic = {"both": (True, False), "on": (True,), "off": (False,)}[args.dynamic]
+
+    done: list[ZooRow] = []
+
+    def progress(row: ZooRow) -> None:
+        print(f"[zoo] {row.family} {'x'.join(map(str, row.mesh))} dynamic={row.dynamic}: "
+              f"{row.failure or f'audit {row.audit}, {row.numerics}'} ({row.seconds:.0f}s)", file=sys.stderr, flush=True)
+        done.append(row)
+        if args.json:  # rewritten after every row: a long zoo interrupted keeps what it measured
+            with open(args.json, "w") as f:
+                json.dump([asdict(r) for r in done], f, indent=2)
+
+    rows = run_zoo(families, meshes, dynamic, progress=progress)
+    print(format_table(rows))
+    return 0 if all(r.ok for r in rows) else 1
+
+
+def add_zoo_subcommand(subparsers: Any) -> argparse.ArgumentParser:
+    """``zoo``: every transformers family through the default call."""
+    p = subparsers.add_parser("zoo", help="tiny transformers causal LMs (10 families) through add_op_constraints()",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--families", default=None, help=f"comma list (default all: {','.join(sorted(ZOO))})")
+    p.add_argument("--mesh", type=parse_mesh, default=None, help="one mesh, e.g. 2x2 (default: 2x2 and 2x4)")
+    p.add_argument("--dynamic", choices=["both", "on", "off"], default="both",
+                   help="AutoParallel(dynamic=...) runs (default both)")
+    p.add_argument("--json", default=None, help="also write every row as JSON to this file (after each row)")
+    p.add_argument("--table", default=None, help="run nothing: print the table of these --json files (comma list)")
+    p.set_defaults(func=_zoo_command)
+    return p

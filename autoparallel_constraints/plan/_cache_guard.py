@@ -1,0 +1,109 @@
+"""Guard against autoparallel's mesh-blind strategy caches.
+
+At the pin, ``placement_options._placement_options_cache`` (and the comm-cost cache) are keyed by
+op, placements and tensor metadata but not by the mesh, so a second ``AutoParallel`` on another
+mesh with the same number of dims in one process silently reuses the first mesh's strategies
+(wrong costs, wrong validity filtering; measured: 150 of 150 strategies stale).
+
+Two lines of defence, both active once the plugin is imported:
+
+* **repair** — ``AutoParallel.__enter__`` is wrapped so the caches are cleared whenever the mesh
+  differs from the one the caches were filled for (the cache still helps within one mesh);
+* **detect** — :func:`check_strategies` (run by ``add_op_constraints``) refuses an optimizer whose
+  strategies carry another mesh than its own, with the fix.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any
+
+from ..errors import StaleStrategiesError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["check_strategies", "install", "mesh_key"]
+
+_filled_for: tuple | None = None
+
+
+def mesh_key(mesh: Any) -> tuple:
+    """What distinguishes meshes for the caches: device type, shape, ranks and dim names."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():  # called inside AutoParallel's FakeTensorMode too
+        ranks = tuple(mesh.mesh.flatten().tolist())
+    return (mesh.device_type, tuple(mesh.shape), ranks, mesh.mesh_dim_names)
+
+
+def _reset() -> None:
+    from autoparallel.cost_models import collective_runtime_estimation
+    from autoparallel.shardings.placement_options import reset_placement_options_cache
+
+    reset_placement_options_cache()
+    cache = getattr(collective_runtime_estimation, "_comms_cost_cache", None)
+    if isinstance(cache, dict):
+        cache.clear()
+
+
+def _wrap_enter(original: Any) -> Any:
+    @functools.wraps(original)
+    def __enter__(self: Any) -> Any:
+        global _filled_for
+        key = mesh_key(self.mesh)
+        if key != _filled_for:
+            if _filled_for is not None:
+                logger.info("apc: mesh changed %s -> %s; clearing autoparallel's mesh-blind caches", _filled_for[1], key[1])
+            _reset()
+            _filled_for = key
+        return original(self)
+
+    __enter__.__apc_wrapped__ = True  # type: ignore[attr-defined]
+    return __enter__
+
+
+def install() -> None:
+    """Wrap ``AutoParallel.__enter__`` once per process (idempotent)."""
+    from autoparallel.api import AutoParallel
+
+    if not getattr(AutoParallel.__enter__, "__apc_wrapped__", False):
+        AutoParallel.__enter__ = _wrap_enter(AutoParallel.__enter__)
+
+
+def check_strategies(opt: Any, mesh: Any) -> None:
+    """Raise :class:`StaleStrategiesError` if any strategy of ``opt`` was computed for another mesh."""
+    want = mesh_key(mesh)
+    keys: dict[int, tuple] = {id(mesh): want}  # meshes are few: key each object once
+
+    def differs(other: Any) -> bool:
+        key = keys.get(id(other))
+        if key is None:
+            key = keys[id(other)] = mesh_key(other)
+        return key != want
+
+    stale: list[str] = []
+    for node, op_strategy in opt.strats.items():
+        for strategy in getattr(op_strategy, "strategies", ()):
+            specs = strategy.output_specs if isinstance(strategy.output_specs, (list, tuple)) else [strategy.output_specs]
+            if any(spec is not None and differs(spec.mesh) for spec in specs):
+                stale.append(node.name)
+                break
+        if len(stale) >= 5:
+            break
+    if stale:
+        other = next(
+            s.mesh
+            for node in opt.strats
+            if node.name == stale[0]
+            for st in opt.strats[node].strategies
+            for s in (st.output_specs if isinstance(st.output_specs, (list, tuple)) else [st.output_specs])
+            if s is not None and differs(s.mesh)
+        )
+        raise StaleStrategiesError(
+            f"strategies of {', '.join(stale)} were computed for mesh {tuple(other.shape)} but this "
+            f"AutoParallel's mesh is {tuple(mesh.shape)}: autoparallel's placement-option cache ignores "
+            "the mesh and served another run's strategies. Build this AutoParallel again after "
+            "autoparallel_constraints.testing.reset_strategy_cache() (importing autoparallel_constraints "
+            "before the first AutoParallel clears it automatically when the mesh changes)."
+        )

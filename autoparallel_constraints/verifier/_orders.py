@@ -1,0 +1,219 @@
+"""Shard orders and strided layouts: which mesh dim shards a tensor dim first, how an op carries
+the order from its inputs to its output, and the DTensor spec standing in for a strided flatten.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.fx
+from torch.distributed.tensor.placement_types import Placement, Shard, _StridedShard
+
+from ._values import _contiguous_spec, _contiguous_stride, _is_spec, _sharded_dim, _Violation, aten
+
+logger = logging.getLogger(__name__)
+
+
+def _shard_order(spec: Any, tdim: int) -> list[int]:
+    order = getattr(spec, "shard_order", None) or ()
+    for entry in order:
+        if entry.tensor_dim == tdim:
+            return list(entry.mesh_dims)
+    return [m for m, p in enumerate(spec.placements) if _sharded_dim(p) == tdim]
+
+
+def _updated_order(spec: Any, changes: dict[int, Placement], append_to: int | None, order: Sequence[int] | None) -> Any:
+    from torch.distributed.tensor._dtensor_spec import ShardOrderEntry
+
+    entries: dict[int, list[int]] = {}
+    for entry in getattr(spec, "shard_order", None) or ():
+        entries[entry.tensor_dim] = [m for m in entry.mesh_dims if m not in changes]
+    for m, p in enumerate(spec.placements):
+        d = _sharded_dim(p)
+        if d is not None and m not in changes and m not in entries.get(d, []):
+            entries.setdefault(d, []).append(m)
+    if append_to is not None:
+        new = list(order) if order is not None else sorted(m for m, p in changes.items() if _sharded_dim(p) == append_to)
+        entries.setdefault(append_to, []).extend(m for m in new if m not in entries[append_to])
+    return tuple(ShardOrderEntry(tensor_dim=d, mesh_dims=tuple(ms)) for d, ms in sorted(entries.items()) if ms)
+
+
+# matmuls -> the dim each operand is contracted along
+_CONTRACTED_DIMS = {aten.bmm.default: (2, 1), aten.mm.default: (1, 0)}
+
+
+def _orders(spec: Any) -> dict[frozenset[int], tuple[int, ...]]:
+    """Mesh dims -> the order they shard one tensor dim in, for dims sharded by several mesh dims."""
+    out = {}
+    for tdim in {_sharded_dim(p) for p in spec.placements} - {None}:
+        order = tuple(_shard_order(spec, tdim))
+        if len(order) > 1:
+            out[frozenset(order)] = order
+    return out
+
+
+def _carry_shard_order(inputs: Sequence[Any], result: Any) -> Any:
+    """``result`` with the shard order its inputs hold.
+
+    DTensor's propagation matches placements and drops the order in which several mesh dims shard
+    one tensor dim: a local op keeps its input's block layout, so an output dim sharded by the
+    same mesh dims takes the inputs' order. Inputs sharded by the same mesh dims in different
+    orders hold blocks that do not correspond: a hidden redistribution.
+    """
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec, ShardOrderEntry
+
+    held: dict[frozenset[int], tuple[int, ...]] = {}
+    for spec in inputs:
+        for dims, order in _orders(spec).items():
+            if held.setdefault(dims, order) != order:
+                raise _Violation(
+                    "hidden_redistribution",
+                    f"inputs sharded by mesh dims {sorted(dims)} in different orders {list(held[dims])} and {list(order)}",
+                )
+    if not held:
+        return result
+
+    def carry(spec: Any) -> Any:
+        if not _is_spec(spec) or any(isinstance(p, _StridedShard) for p in spec.placements):
+            return spec
+        entries = []
+        changed = False
+        for tdim in sorted({_sharded_dim(p) for p in spec.placements} - {None}):
+            order = tuple(_shard_order(spec, tdim))
+            want = held.get(frozenset(order), order)
+            changed |= want != order
+            entries.append(ShardOrderEntry(tensor_dim=tdim, mesh_dims=want))
+        if not changed:
+            return spec
+        return DTensorSpec(spec.mesh, spec.placements, tensor_meta=spec.tensor_meta, shard_order=tuple(entries))
+
+    if isinstance(result, (list, tuple)):
+        return type(result)(carry(r) for r in result)
+    return carry(result)
+
+
+def _global_shim(node: torch.fx.Node, value_of: Any, output_spec: Any) -> torch.fx.Node | None:
+    """A copy of ``node`` in a scratch graph whose tensor inputs are placeholders holding their
+    inferred *global* shapes (meta tensors), for rules that read shapes."""
+    graph = torch.fx.Graph()
+    mapping: dict[torch.fx.Node, torch.fx.Node] = {}
+    for i, arg in enumerate(node.all_input_nodes):
+        value = value_of(arg)
+        if not _is_spec(value) or value.tensor_meta is None:
+            continue
+        ph = graph.placeholder(f"in{i}")
+        ph.meta["val"] = torch.empty(value.tensor_meta.shape, dtype=value.tensor_meta.dtype, device="meta")
+        mapping[arg] = ph
+    if not mapping:
+        return None
+
+    def remap(a: Any) -> Any:
+        if isinstance(a, torch.fx.Node):
+            if a in mapping:
+                return mapping[a]
+            return a.meta.get("val") if not isinstance(a.meta.get("val"), torch.Tensor) else None
+        return a
+
+    args = torch.fx.node.map_aggregate(node.args, remap)
+    kwargs = torch.fx.node.map_aggregate(dict(node.kwargs), remap)
+    shim = graph.call_function(node.target, tuple(args), dict(kwargs))
+    if _is_spec(output_spec) and output_spec.tensor_meta is not None:
+        meta = output_spec.tensor_meta
+        shim.meta["val"] = torch.empty(meta.shape, dtype=meta.dtype, device="meta")
+    return shim
+
+
+def _with_shard0(spec: Any, dims: tuple[int, ...]) -> Any:
+    """``spec`` (replicated on ``dims`` after a gather) as it was before: Shard(0) on ``dims``."""
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec
+
+    placements = list(spec.placements)
+    for d in dims:
+        placements[d] = Shard(0)
+    return DTensorSpec(spec.mesh, tuple(placements), tensor_meta=spec.tensor_meta)
+
+
+def _as_shard_order(spec: Any) -> Any:
+    """``spec`` with a shard order it encodes as ``_StridedShard`` (how the plan states a tensor
+    dim sharded by several mesh dims in reversed order: ``(_S(0, 8), S(0))`` on 8x8 is dim 0
+    split by mesh dim 1 first) stated as plain shards and a shard order: the same blocks on every
+    rank, in the form the collectives' checks read. Anything else is returned as it is."""
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec
+
+    if spec is None or not any(isinstance(p, _StridedShard) for p in spec.placements):
+        return spec
+    try:
+        placements, order = DTensorSpec._normalize_placements_into_shard_order(tuple(spec.placements), spec.mesh)
+        return DTensorSpec(spec.mesh, placements, tensor_meta=spec.tensor_meta, shard_order=order,
+                           use_strided_shard_as_shard_order=False)
+    except Exception:  # noqa: BLE001 - a strided shard no shard order explains (a view's): as it is
+        return spec
+
+
+def _size1_moves(spec: Any, local: Sequence[int]) -> list[Any]:
+    """Other global readings of ``spec``'s local bytes for a view: a tensor dim sharded down to
+    local size 1 (one sample per rank) moved to another position. A size-1 dim can sit anywhere
+    without changing the row-major order of the local elements, and the graph retraced per rank
+    puts it where it likes: einsum drops a local size-1 batch dim into a bmm's rows
+    (``[16, 64, 4(S), 1] -> [1, 16, 64]`` is ``[4(S), 16, 64] -> [1, 64(S), 64]``). Each move is
+    the global permute of the same tensor, so every reading stays true."""
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec, ShardOrderEntry, TensorMeta
+
+    if any(isinstance(p, _StridedShard) for p in spec.placements):
+        return []
+    shape = list(spec.tensor_meta.shape)
+    movable = sorted({d for d in (_sharded_dim(p) for p in spec.placements) if d is not None and local[d] == 1 < shape[d]})
+    out = []
+    for src in movable:
+        for dst in range(len(shape)):
+            if dst == src:
+                continue
+            perm = list(range(len(shape)))
+            perm.insert(dst, perm.pop(src))  # new dim i holds old dim perm[i]
+            where = {old: new for new, old in enumerate(perm)}
+            new_shape = torch.Size(shape[old] for old in perm)
+            placements = tuple(Shard(where[p.dim]) if isinstance(p, Shard) else p for p in spec.placements)
+            order = tuple(sorted((ShardOrderEntry(tensor_dim=where[e.tensor_dim], mesh_dims=e.mesh_dims)
+                                  for e in getattr(spec, "shard_order", None) or ()), key=lambda e: e.tensor_dim))
+            meta = TensorMeta(new_shape, _contiguous_stride(new_shape), spec.tensor_meta.dtype)
+            try:
+                out.append(DTensorSpec(spec.mesh, placements, tensor_meta=meta, shard_order=order or None))
+            except Exception:  # noqa: BLE001 - an order DTensorSpec rejects: the default one
+                out.append(DTensorSpec(spec.mesh, placements, tensor_meta=meta))
+    return out
+
+
+def _strided_flatten(spec: Any, global_out: Sequence[int]) -> Any:
+    """The output spec of a view that flattens a sharded dim behind other dims, which DTensor's view
+    rule refuses but the data layout allows: ``[8, 64(S), 1024] -> [512, 1024]`` holds, on each rank,
+    every 64-row's chunk, i.e. ``_StridedShard(0, split_factor=8)``. None when the view is not that."""
+    from torch.distributed.tensor._ops._view_ops import Flatten, InputDim, view_groups
+
+    in_shape = tuple(spec.tensor_meta.shape)
+    rule = view_groups(in_shape, tuple(global_out))
+    where: dict[int, tuple[int, int]] = {}  # input dim -> (output dim, split factor)
+    for o, dim_spec in enumerate(rule):
+        if isinstance(dim_spec, InputDim):
+            where[dim_spec.input_dim] = (o, 1)
+        elif isinstance(dim_spec, Flatten) and all(isinstance(d, InputDim) for d in dim_spec.input_dims):
+            before = 1
+            for d in dim_spec.input_dims:
+                where[d.input_dim] = (o, before)
+                before *= in_shape[d.input_dim]
+    placements: list[Placement] = []
+    for p in spec.placements:
+        d = _sharded_dim(p)
+        if d is None:
+            placements.append(p)
+            continue
+        if d not in where or isinstance(p, _StridedShard):
+            return None
+        o, factor = where[d]
+        placements.append(Shard(o) if factor == 1 else _StridedShard(o, split_factor=factor))
+    outs = [_sharded_dim(p) for p in placements if _sharded_dim(p) is not None]
+    if len(outs) != len(set(outs)):
+        return None  # two shards on one output dim: leave it to DTensor's rule
+    return _contiguous_spec(spec, placements, global_out)

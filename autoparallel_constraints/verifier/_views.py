@@ -1,0 +1,212 @@
+"""Views and reshapes: the global size arguments of a view are the candidates whose shard on the
+tracing rank is the local shape in the graph; DTensor's view rule decides which of them stands, and
+a flatten of dims sharded by different mesh dims is a merged value no placement names.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.fx
+from torch.distributed.tensor.placement_types import Placement, Replicate, Shard, _StridedShard
+
+from ..core._placements import fmt_spec
+from ._orders import _CONTRACTED_DIMS, _shard_order, _size1_moves, _strided_flatten
+from ._values import (
+    _STRICT_VIEW,
+    _concrete,
+    _contiguous_spec,
+    _is_spec,
+    _Merged,
+    _op_name,
+    _prod,
+    _Readings,
+    _sharded_dim,
+    _Unknowable,
+    _Violation,
+    aten,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class _Views:
+    """The walk's methods for view ops: size candidates, the view rule, merged flattens."""
+
+    def _view(self, node: torch.fx.Node, args: Any, kwargs: Any) -> Any:
+        x = args[0]
+        spec = self._dist(x, _op_name(node))
+        out_local = _concrete(node.meta["val"].shape)
+        in_global = tuple(spec.tensor_meta.shape)
+        expand = node.target is aten.expand.default
+        first_error: list[_Violation] = []
+        # Several global shapes can fit one local view: a shard can land on a local size-1 dim
+        # ([1, 64, 192] as [4, 16, 4, 48] sharded on the 4), or on either dim of an unflatten. They
+        # describe the same bytes; which one the program meant shows only in later ops, so all are
+        # kept (_Readings, plainest first: no strided shard, no size-1 shard, no moved dim).
+        found: list[tuple[tuple[int, int, int], Any]] = []
+        inputs = [(0, spec)] if expand else [(0, spec), *((1, s) for s in _size1_moves(spec, self._local_shape(spec)))]
+        for moved, source in inputs:
+            new_args = (source, *args[1:])
+            found += [((*score, moved), r) for score, r in self._view_candidates(node, new_args, kwargs, out_local, first_error)]
+        if found:
+            readings = tuple(dict.fromkeys(r for _, r in sorted(found, key=lambda f: f[0])))
+            return readings[0] if len(readings) == 1 else _Readings(readings)
+        merged = self._merged_flatten(spec, out_local)
+        if merged is not None:
+            return merged
+        # No global view fits: either the graph is wrong, or it reshapes a layout DTensor's view rule
+        # cannot name (e.g. flattening two dims sharded on two mesh dims, as an einsum's bmm does).
+        # Not proven either way: unknown, and an output depending on it is unproven (never clean).
+        why = first_error[0].expected if first_error else "no candidate"
+        raise _Unknowable(
+            f"no global view of {fmt_spec(spec)} {list(in_global)} has local shape {list(out_local)} "
+            f"without a redistribution (DTensor would need {why})"
+        )
+
+    def _view_candidates(self, node: torch.fx.Node, args: Any, kwargs: Any, out_local: tuple[int, ...],
+                         errors: list[_Violation]) -> list[tuple[tuple[int, int], Any]]:
+        """The global views of ``args[0]`` (a spec) with local shape ``out_local``, each with its
+        plainness score (strided shards, shards on a local size-1 dim)."""
+        spec = args[0]
+        in_global = tuple(spec.tensor_meta.shape)
+        sharded = [d for d, p in enumerate(spec.placements) if _sharded_dim(p) is not None]
+        expand = node.target is aten.expand.default
+        found: list[tuple[tuple[int, int], Any]] = []
+        for assignment in itertools.product(range(len(out_local)), repeat=len(sharded)):
+            if expand:
+                offset = len(out_local) - len(in_global)
+                if any(a != _sharded_dim(spec.placements[m]) + offset for a, m in zip(assignment, sharded)):
+                    continue
+            global_out = list(out_local)
+            for out_dim, m in zip(assignment, sharded):
+                global_out[out_dim] *= self.sizes[m]
+            if not expand and _prod(global_out) != _prod(in_global):
+                continue
+            new_args = list(args)
+            new_args[1] = list(global_out)
+            result = None
+            try:
+                refusal = None if expand else self._view_rule_refusal(node, spec, global_out)
+                if refusal is not None:
+                    raise refusal
+                result = self._propagate(node, tuple(new_args), kwargs)
+            except _Violation as v:
+                if not errors:
+                    errors.append(v)
+            except Exception:  # noqa: BLE001, S112 - an impossible candidate shape
+                continue
+            if result is None and not expand:
+                strided = _strided_flatten(spec, global_out)
+                if strided is not None:
+                    try:
+                        self._check_local_val(node, strided, node.meta["val"])
+                        result = strided
+                    except _Violation:
+                        pass
+            if result is None or not _is_spec(result):
+                continue
+            score = (
+                sum(isinstance(p, _StridedShard) for p in result.placements),
+                sum(out_local[d] == 1 for d in assignment),
+            )
+            found.append((score, result))
+        return found
+
+    def _view_rule_refusal(self, node: torch.fx.Node, spec: Any, global_out: Sequence[int]) -> _Violation | None:
+        """The violation propagating the view candidate ``global_out`` would end in, read from
+        DTensor's own view rule without the full propagation (a schema-cache miss that also runs
+        the op on fake tensors: most of a view's candidates on llama3 8x8 end so): the rule wants
+        the input in other placements (a hidden redistribution), or keeps them and gives an output
+        whose local shape is not the node's (:meth:`_check_local_val`'s rule). None whenever the
+        rule says anything else (it raises, or a strided shard is involved): the candidate is then
+        propagated in full."""
+        from torch.distributed.tensor._dtensor_spec import DTensorSpec
+        from torch.distributed.tensor._ops._view_ops import propagate_shape_and_sharding, view_groups
+
+        strict = _STRICT_VIEW.get(node.target)
+        if strict is None or any(isinstance(p, _StridedShard) for p in spec.placements):
+            return None
+        in_global = tuple(spec.tensor_meta.shape)
+        try:
+            rule = view_groups(in_global, tuple(global_out))
+            want, out = propagate_shape_and_sharding(spec.placements, in_global, rule, tuple(self.sizes), strict)
+        except Exception:  # noqa: BLE001 - DTensor decides, in full
+            return None
+        if any(isinstance(p, _StridedShard) for p in (*want, *out)):
+            return None
+        if tuple(want) != tuple(spec.placements):
+            # as _propagate words it, for the same redistribute schema
+            target = DTensorSpec(spec.mesh, tuple(want), tensor_meta=spec.tensor_meta)
+            return _Violation(
+                "hidden_redistribution",
+                "the op's inputs arrive in placements DTensor would have to redistribute first",
+                inferred=fmt_spec(spec), expected=fmt_spec(target),
+            )
+        try:
+            self._check_local_val(node, _contiguous_spec(spec, out, global_out), node.meta["val"])
+        except _Violation as v:
+            return v
+        return None
+
+    def _merged_flatten(self, spec: Any, out_local: Sequence[int]) -> _Merged | None:
+        """A view flattening dims sharded by different mesh dims into one (see :class:`_Merged`);
+        None when the view is anything else."""
+        from torch.distributed.tensor._ops._view_ops import Flatten, InputDim, Singleton, view_groups
+
+        in_global = tuple(spec.tensor_meta.shape)
+        rule = view_groups(self._local_shape(spec), tuple(out_local))
+        mesh_dims_of = {d: tuple(_shard_order(spec, d)) for d in {_sharded_dim(p) for p in spec.placements} - {None}}
+        if any(isinstance(p, _StridedShard) for p in spec.placements):
+            return None
+        global_out: list[int] = []
+        placements: list[Placement] = [p if _sharded_dim(p) is None else Replicate() for p in spec.placements]
+        merged: tuple[int, tuple[tuple[int, tuple[int, ...]], ...]] | None = None
+        for o, dim_spec in enumerate(rule):
+            if isinstance(dim_spec, Singleton):
+                global_out.append(1)
+            elif isinstance(dim_spec, InputDim):
+                global_out.append(in_global[dim_spec.input_dim])
+                for m in mesh_dims_of.get(dim_spec.input_dim, ()):
+                    placements[m] = Shard(o)
+            elif isinstance(dim_spec, Flatten) and all(isinstance(d, InputDim) for d in dim_spec.input_dims):
+                dims = [d.input_dim for d in dim_spec.input_dims]
+                sharded = [d for d in dims if d in mesh_dims_of]
+                if len(sharded) < 2 or merged is not None:
+                    return None  # one sharded dim is DTensor's own flatten (or _strided_flatten's)
+                merged = (o, tuple((in_global[d], mesh_dims_of.get(d, ())) for d in dims))
+                global_out.append(_prod(in_global[d] for d in dims))
+                for d in sharded:
+                    for m in mesh_dims_of[d]:
+                        placements[m] = Shard(o)
+            else:
+                return None
+        if merged is None or _prod(global_out) != _prod(in_global):
+            return None
+        stand_in = _contiguous_spec(spec, placements, global_out)
+        if self._local_shape(stand_in) != tuple(out_local):
+            return None
+        return _Merged(stand_in, merged[0], merged[1])
+
+    def _contract_merged(self, node: torch.fx.Node, args: Any, kwargs: Any) -> Any:
+        """A matmul contracting two operands of one merged layout (see :class:`_Merged`)."""
+        contracted = _CONTRACTED_DIMS.get(node.target)
+        operands = list(args[:2]) if contracted is not None else []
+        if contracted is None or not any(isinstance(a, _Merged) and a.dim == d for a, d in zip(operands, contracted)):
+            raise _Unknowable(f"{_op_name(node)} of a flatten of dims sharded by different mesh dims")
+        a, b = operands
+        if not (isinstance(a, _Merged) and isinstance(b, _Merged) and (a.dim, b.dim) == contracted):
+            raise _Violation(
+                "hidden_redistribution",
+                f"{_op_name(node)} contracts a flatten of dims sharded by different mesh dims against another layout",
+            )
+        if a.layout != b.layout:
+            raise _Violation(
+                "hidden_redistribution",
+                f"{_op_name(node)} contracts two flattens whose blocks differ: {list(a.layout)} and {list(b.layout)}",
+            )
+        return self._propagate(node, (a.spec, b.spec, *args[2:]), kwargs)
