@@ -259,7 +259,7 @@ def falcon_style(
 # ---------------------------------------------------------------------------------------------
 # The transformers zoo: tiny causal LMs nobody here wrote, built locally (no downloads)
 
-__all__ += ["ZOO", "ZooFamily", "zoo_model"]
+__all__ += ["ZOO", "FamilyUnavailable", "ZooFamily", "causal_lm_families", "zoo_model"]
 
 _ZOO_DIMS = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 256}
 _ZOO_GQA = {**_ZOO_DIMS, "intermediate_size": 128, "num_key_value_heads": 2, "max_position_embeddings": 64}
@@ -309,23 +309,93 @@ class CausalLMLogits(nn.Module):
         return getattr(out, "logits", out)
 
 
+# Every other causal LM transformers lists: its config at tiny sizes, by the attribute names the
+# families use (only attributes the family's default config has are set).
+_TINY_SIZES: dict[str, int] = {
+    **dict.fromkeys(("hidden_size", "d_model", "n_embd", "embedding_size", "attention_hidden_size"), 64),
+    **dict.fromkeys(("intermediate_size", "ffn_dim", "decoder_ffn_dim", "encoder_ffn_dim", "n_inner",
+                     "ffn_hidden_size", "dim_ff"), 128),
+    **dict.fromkeys(("moe_intermediate_size", "shared_expert_intermediate_size", "shared_intermediate_size"), 32),
+    **dict.fromkeys(("num_attention_heads", "n_head", "n_heads", "num_heads", "decoder_attention_heads",
+                     "encoder_attention_heads"), 4),
+    **dict.fromkeys(("num_key_value_heads", "num_kv_heads", "multi_query_group_num"), 2),
+    **dict.fromkeys(("head_dim", "kv_channels", "attention_head_dim", "qk_head_dim", "v_head_dim",
+                     "qk_nope_head_dim", "dim_head", "swa_head_dim"), 16),
+    **dict.fromkeys(("qk_rope_head_dim", "rotary_dim"), 8),
+    **dict.fromkeys(("kv_lora_rank",), 16),
+    **dict.fromkeys(("q_lora_rank",), 32),
+    **dict.fromkeys(("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers",
+                     "encoder_layers"), 2),
+    **dict.fromkeys(("max_position_embeddings", "n_positions", "n_ctx", "max_seq_len"), 64),
+    **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"), 4),
+    **dict.fromkeys(("num_experts_per_tok", "moe_topk"), 2),
+    **dict.fromkeys(("sliding_window", "sliding_window_size"), 8),
+    "vocab_size": 256,
+}
+
+
+def causal_lm_families() -> list[str]:
+    """Every causal-LM family the installed transformers maps (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``),
+    sorted: what ``zoo --families all`` tries."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+
+
+class FamilyUnavailable(Exception):
+    """A transformers family that cannot be built here at tiny sizes (the reason is the message)."""
+
+
+def _tiny_family(family: str) -> ZooFamily:
+    """A :class:`ZooFamily` for any family of :func:`causal_lm_families`: its default config with
+    the size attributes of ``_TINY_SIZES`` it has, and its token ids kept inside the tiny vocab."""
+    import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    if family not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        raise KeyError(f"unknown family {family!r}: not a causal LM of transformers {transformers.__version__} "
+                       f"(the curated zoo: {', '.join(sorted(ZOO))}; every family: causal_lm_families())")
+    config_name, model_name = CONFIG_MAPPING_NAMES[family], MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[family]
+    try:
+        default = getattr(transformers, config_name)()
+    except Exception as exc:  # noqa: BLE001 - the family's own validation or a missing dependency
+        raise FamilyUnavailable(f"its default config does not build: {type(exc).__name__}: {_first_line(exc)}") from exc
+    if getattr(default, "sub_configs", None):
+        raise FamilyUnavailable(f"a composite config (sub-configs {', '.join(sorted(default.sub_configs))}): "
+                                "not sized by these defaults; a text model listed as a family of its own is tried")
+    values = default.to_dict()
+    kwargs: dict[str, Any] = {k: v for k, v in _TINY_SIZES.items() if isinstance(values.get(k), int)}
+    vocab = kwargs.get("vocab_size", 256)
+    for key, value in values.items():  # special tokens must exist in the tiny vocab
+        if (key.endswith("_token_id") or key.endswith("_token_index")) and isinstance(value, int) and value >= vocab:
+            kwargs[key] = vocab - 1
+    return ZooFamily(config_name, model_name, kwargs, "tiny defaults")
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [""])[0][:200]
+
+
 def zoo_model(family: str, *, seq: int = 16, batch: int = 4) -> ModelBuilder:
-    """``(model_fn, input_fn)`` for one :data:`ZOO` family: ``model_fn()`` builds the causal LM
-    (eager attention, ``use_cache=False``, every dropout 0 so the reference is deterministic) wrapped
-    in :class:`CausalLMLogits`; ``input_fn()`` a ``[batch, seq]`` tensor of token ids. Unknown names
-    raise ``KeyError`` listing the families."""
+    """``(model_fn, input_fn)`` for a :data:`ZOO` family, or any other of :func:`causal_lm_families`
+    at tiny defaults: ``model_fn()`` builds the causal LM (eager attention, ``use_cache=False``,
+    every dropout 0 so the reference is deterministic) wrapped in :class:`CausalLMLogits`;
+    ``input_fn()`` a ``[batch, seq]`` tensor of token ids. A family that cannot be built here
+    raises :class:`FamilyUnavailable` with the reason; an unknown name ``KeyError``."""
     import transformers
 
-    if family not in ZOO:
-        raise KeyError(f"unknown zoo family {family!r}; the zoo has: {', '.join(sorted(ZOO))}")
-    spec = ZOO[family]
-    config = getattr(transformers, spec.config)(**spec.kwargs, use_cache=False)
+    spec = ZOO[family] if family in ZOO else _tiny_family(family)
+    try:
+        config = getattr(transformers, spec.config)(**spec.kwargs, use_cache=False)
+    except Exception as exc:  # noqa: BLE001 - the family's validators refuse the tiny sizes
+        raise FamilyUnavailable(f"its config refuses tiny sizes: {type(exc).__name__}: {_first_line(exc)}") from exc
     for key, value in config.to_dict().items():
         if "drop" in key and isinstance(value, float):
             setattr(config, key, 0.0)
     config._attn_implementation = "eager"
     model_cls = getattr(transformers, spec.model)
-    vocab = int(spec.kwargs["vocab_size"])
+    vocab = int(getattr(config, "vocab_size", spec.kwargs.get("vocab_size", 256)))
 
     def model_fn() -> nn.Module:
         return CausalLMLogits(model_cls(config))

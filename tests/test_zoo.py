@@ -1,5 +1,6 @@
-"""Guards the transformers zoo (``_zoo``, ``models.ZOO``): every family's tiny config builds
-without downloads, the table renders every kind of row, GPT-2 with ``dynamic=True`` on 2x2 — the
+"""Guards the transformers zoo (``lab._zoo``, ``models.ZOO``): every family's tiny config builds
+without downloads, every other causal LM of transformers is a family or a reason, a failure names
+whose code raised, the table renders every kind of row, GPT-2 with ``dynamic=True`` on 2x2 — the
 zoo's first failure, transformers' batch ``arange`` in ``sdpa_mask`` — is clean and exact through
 the default call (full tier), and the whole zoo (10 families x 2x2, 2x4 x dynamic on/off) runs
 on demand: every row clean and exact (static rows: clean and lowered by Inductor)."""
@@ -9,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autoparallel_constraints.lab._zoo import MESHES, ZooRow, format_table, zoo_row
-from autoparallel_constraints.models import ZOO, zoo_model
+from autoparallel_constraints.lab._zoo import MESHES, ZooRow, failure_origin, format_table, zoo_row
+from autoparallel_constraints.models import ZOO, causal_lm_families, zoo_model
 
 FAMILIES = {"llama", "mistral", "qwen2", "gpt2", "gpt_neox", "phi", "gemma", "opt", "bloom", "mixtral"}
 
@@ -43,6 +44,42 @@ def test_table_renders_rows_failures_and_uncovered_ops():
     assert "1 of 2 runs clean and exact" in text
 
 
+def test_failure_origin_names_whose_code_raised():
+    """A zoo row says whose code failed: the innermost frame's package, and for torch the innermost
+    frame of autoparallel, transformers or this package that called it; an autoparallel
+    assertion must not read as ours."""
+    def tb(*frames):
+        return "Traceback (most recent call last):\n" + "".join(
+            f'  File "{path}", line {line}, in {fn}\n    code\n' for path, line, fn in frames) + "AssertionError\n"
+
+    site = "/usr/lib/python3.11/site-packages"
+    upstream = tb(("/work/autoparallel_constraints/harness/_numerics.py", 460, "run_numerics"),
+                  (f"{site}/autoparallel/cost_models/compute_estimation.py", 88, "_shard_args_for_node"))
+    assert failure_origin(upstream) == "autoparallel (cost_models/compute_estimation.py:88 _shard_args_for_node)"
+    in_torch = tb((f"{site}/autoparallel/api.py", 500, "optimize_placement"),
+                  (f"{site}/torch/distributed/tensor/_ops/_view_ops.py", 640, "propagate_shape_and_sharding"))
+    assert failure_origin(in_torch) == "torch (in autoparallel: api.py:500 optimize_placement)"
+    ours = tb((f"{site}/autoparallel/api.py", 500, "optimize_placement"),
+              ("/work/autoparallel_constraints/plan/_plugin.py", 42, "_solve"))
+    assert failure_origin(ours) == "autoparallel_constraints (plan/_plugin.py:42 _solve)"
+    assert failure_origin("no traceback") == "unknown"
+
+
+def test_every_causal_lm_of_transformers_is_a_family_or_a_reason():
+    """``zoo --families all`` takes transformers' own causal-LM mapping; a family that cannot be
+    built at tiny sizes is skipped with the reason, never silently (a composite config names
+    itself), and a name outside the mapping lists the curated zoo."""
+    families = causal_lm_families()
+    assert FAMILIES <= set(families) and len(families) > 100
+    row = zoo_row("mpt", (2, 2), dynamic=True)
+    assert (row.outcome, row.ok) == ("skipped", False) and "composite config" in row.reason
+    model_fn, input_fn = zoo_model("qwen3")  # outside the curated ten: tiny defaults
+    with torch.device("meta"):
+        model = model_fn()
+    assert sum(p.numel() for p in model.parameters()) < 1_000_000
+    assert int(input_fn().max()) < model.model.config.vocab_size
+
+
 @pytest.mark.full
 def test_gpt2_dynamic_exact_with_the_plugin():
     """GPT-2, eager attention, input [4, 16] on 2x2 with dynamic=True: autoparallel alone fails at
@@ -50,7 +87,7 @@ def test_gpt2_dynamic_exact_with_the_plugin():
     coupling keeps sdpa_mask's batch arange global: audit clean and exact."""
     row = zoo_row("gpt2", (2, 2), dynamic=True)
     assert row.ok, f"{row.failure}\n{row.details}"
-    assert row.uncovered == ()
+    assert (row.outcome, row.uncovered) == ("exact", ())
 
 
 @pytest.mark.ondemand

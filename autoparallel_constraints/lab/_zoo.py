@@ -27,9 +27,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import sys
 import time
 import traceback
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -38,14 +40,15 @@ import torch
 from torch.distributed.tensor.placement_types import Replicate, Shard
 
 from ..apply._audit import audit
+from ..errors import ConstraintsError, VerificationError
 from ..harness import cpu_mesh, device_name, lower_with_inductor, run_numerics
-from ..models import ZOO, zoo_model
+from ..models import ZOO, FamilyUnavailable, causal_lm_families, zoo_model
 from ._cli import parse_mesh
 from ._coverage import coverage_of_graph
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ZooRow", "add_zoo_subcommand", "format_table", "run_zoo", "zoo_row"]
+__all__ = ["OUTCOMES", "ZooRow", "add_zoo_subcommand", "failure_origin", "format_table", "run_zoo", "zoo_row"]
 
 MESHES: tuple[tuple[int, ...], ...] = ((2, 2), (2, 4))
 
@@ -70,10 +73,51 @@ class ZooRow:
     seconds: float = 0.0
     failure: str = ""
     details: str = ""
+    outcome: str = ""  # one of OUTCOMES (empty in rows saved before outcomes existed)
+    reason: str = ""  # why: the refusal, the upstream error with the frame that raised it, the skip
 
     @property
     def ok(self) -> bool:
         return not self.failure and self.audit == "clean" and self.numerics in ("exact", "lowered")
+
+
+#: What a row's run came to. ``false alarm``: the default call refused the graph (VerificationError)
+#: and the same plan with ``verify="warn"`` matches one device: a verifier defect. ``MISS``: the
+#: verifier let a graph through whose numbers are wrong. ``upstream``: autoparallel, torch or
+#: transformers raised (``reason`` names the innermost frame). ``skipped``: the family does not build
+#: here at tiny sizes.
+OUTCOMES = ("exact", "lowered", "refused", "false alarm", "MISS", "failed", "upstream", "skipped")
+
+
+def failure_origin(details: str) -> str:
+    """Whose code raised, from a formatted traceback: ``"autoparallel"``, ``"torch"``,
+    ``"transformers"`` or ``"autoparallel_constraints"`` (the innermost frame's package), with the
+    innermost frame of autoparallel, transformers or this package when torch raised inside it."""
+    frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', details)
+    if not frames:
+        return "unknown"
+
+    def owner(path: str) -> str:
+        for name in ("autoparallel_constraints", "autoparallel", "transformers", "torch"):
+            if f"/{name}/" in path:
+                return name
+        return "python"
+
+    path, line, func = frames[-1]
+    origin = owner(path)
+    if origin in ("torch", "python"):
+        for caller_path, caller_line, caller_func in reversed(frames):
+            caller = owner(caller_path)
+            if caller in ("autoparallel", "transformers", "autoparallel_constraints"):
+                return f"{origin} (in {caller}: {caller_path.rsplit(caller + '/', 1)[-1]}:{caller_line} {caller_func})"
+    return f"{origin} ({path.rsplit(origin + '/', 1)[-1]}:{line} {func})"
+
+
+def _outcome_of_failure(failure: str, details: str) -> tuple[str, str]:
+    origin = failure_origin(details)
+    if origin.startswith("autoparallel_constraints"):
+        return "failed", f"{failure} [raised in {origin}]"
+    return "upstream", f"{failure} [raised in {origin}]"
 
 
 def _batch(ndim: int) -> list[tuple[Any, ...]]:
@@ -84,8 +128,7 @@ def _uncovered(gm: torch.fx.GraphModule) -> tuple[str, ...]:
     return tuple(o.op for o in coverage_of_graph(gm).uncovered)
 
 
-def _dynamic_row(family: str, mesh_shape: tuple[int, ...]) -> dict[str, Any]:
-    model_fn, input_fn = zoo_model(family)
+def _dynamic_run(model_fn: Any, input_fn: Any, mesh_shape: tuple[int, ...], verify: str) -> tuple[Any, dict[str, Any]]:
     seen: dict[str, Any] = {}
 
     def after_apply(autop: Any) -> None:
@@ -94,7 +137,20 @@ def _dynamic_row(family: str, mesh_shape: tuple[int, ...]) -> dict[str, Any]:
 
     report = run_numerics(model_fn, input_fn, mesh_shape, input_placements=_batch(len(mesh_shape)),
                           output_placements=_batch(len(mesh_shape)),
-                          configure=lambda autop: autop.add_op_constraints(), after_apply=after_apply)
+                          configure=lambda autop: autop.add_op_constraints(verify=verify), after_apply=after_apply)
+    return report, seen
+
+
+def _dynamic_row(family: str, mesh_shape: tuple[int, ...]) -> dict[str, Any]:
+    model_fn, input_fn = zoo_model(family)
+    report, seen = _dynamic_run(model_fn, input_fn, mesh_shape, "raise")
+    if report.error is not None and "VerificationError" in report.error:
+        # refused: are the numbers of the same plan wrong (a right refusal) or exact (a false alarm)?
+        checked, _ = _dynamic_run(model_fn, input_fn, mesh_shape, "warn")
+        verdict = "false alarm" if checked.ok else "refused"
+        numbers = "exact with verify='warn'" if checked.ok else (checked.error or "wrong with verify='warn'")
+        return {"uncovered": seen.get("uncovered", ()), "failure": report.error, "details": report.details,
+                "outcome": verdict, "reason": f"{report.error} ({numbers})"}
     out: dict[str, Any] = {"uncovered": seen.get("uncovered", ())}
     if "audit" in seen:
         rep = seen["audit"]
@@ -105,6 +161,12 @@ def _dynamic_row(family: str, mesh_shape: tuple[int, ...]) -> dict[str, Any]:
                    ratio=worst.ratio)
     if report.error is not None:
         out.update(failure=report.error, details=report.details)
+        out["outcome"], out["reason"] = _outcome_of_failure(report.error, report.details)
+    elif report.ok:
+        out["outcome"] = "exact" if out.get("audit") == "clean" else "refused"
+        out["reason"] = "" if out.get("audit") == "clean" else f"audit {out.get('audit')}"
+    else:
+        out["outcome"], out["reason"] = "MISS", f"wrong numbers at {out.get('worst')} and the verifier let it through"
     return out
 
 
@@ -137,14 +199,43 @@ def _static_row(family: str, mesh_shape: tuple[int, ...]) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001  (a row, not a crash: the zoo reports every family)
         first = (str(exc).strip().splitlines() or [""])[0]
         out.update(failure=f"{stage}: {type(exc).__name__}: {first}", details=traceback.format_exc())
+        if isinstance(exc, VerificationError):
+            out["outcome"], out["reason"] = "refused", out["failure"]
+        else:
+            out["outcome"], out["reason"] = _outcome_of_failure(out["failure"], out["details"])
+        return out
+    out["outcome"] = "lowered" if out.get("audit") == "clean" else "refused"
+    out["reason"] = "" if out.get("audit") == "clean" else f"audit {out.get('audit')}"
     return out
+
+
+def _unavailable(family: str) -> str | None:
+    """Why ``family`` cannot be built here at tiny sizes on the meta device, or None."""
+    try:
+        model_fn, _ = zoo_model(family)
+        with torch.device("meta"):
+            model_fn()
+    except FamilyUnavailable as exc:
+        return str(exc)
+    except Exception as exc:  # noqa: BLE001 - the family's own code refuses the tiny config
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        return f"does not build at tiny sizes: {type(exc).__name__}: {first}"
+    return None
 
 
 def zoo_row(family: str, mesh_shape: Sequence[int], *, dynamic: bool) -> ZooRow:
     """Run one family on one mesh (see the module docstring) and return its row."""
     mesh_shape = tuple(int(s) for s in mesh_shape)
     t0 = time.perf_counter()
-    fields = (_dynamic_row if dynamic else _static_row)(family, mesh_shape)
+    why = _unavailable(family)
+    if why is not None:
+        return ZooRow(family=family, mesh=mesh_shape, dynamic=dynamic, outcome="skipped", reason=why,
+                      failure=f"skipped: {why}")
+    try:
+        fields = (_dynamic_row if dynamic else _static_row)(family, mesh_shape)
+    except ConstraintsError as exc:  # the plugin refused the call itself (e.g. pins it cannot satisfy)
+        fields = {"failure": f"constraints: {type(exc).__name__}: {exc}", "details": traceback.format_exc(),
+                  "outcome": "failed", "reason": f"{type(exc).__name__}: {exc}"}
     row = ZooRow(family=family, mesh=mesh_shape, dynamic=dynamic, seconds=time.perf_counter() - t0, **fields)
     logger.info("zoo %s %s dynamic=%s: %s", family, mesh_shape, dynamic, row.failure or row.numerics)
     return row
@@ -154,9 +245,11 @@ def run_zoo(families: Sequence[str] | None = None, meshes: Sequence[tuple[int, .
             dynamic: Sequence[bool] = (True, False), *, progress: Any = None) -> list[ZooRow]:
     """Every family x mesh x dynamic, in that order; ``progress(row)`` after each."""
     families = list(families) if families is not None else sorted(ZOO)
-    unknown = [f for f in families if f not in ZOO]
+    everything = set(ZOO) | set(causal_lm_families())
+    unknown = [f for f in families if f not in everything]
     if unknown:
-        raise KeyError(f"unknown zoo families {unknown}; the zoo has: {', '.join(sorted(ZOO))}")
+        raise KeyError(f"unknown zoo families {unknown}; the curated zoo has: {', '.join(sorted(ZOO))} "
+                       "(--families all: every causal LM of the installed transformers)")
     rows = []
     for family in families:
         for mesh_shape in meshes:
@@ -174,10 +267,10 @@ def _fmt(value: float | None, spec: str) -> str:
 
 def format_table(rows: Sequence[ZooRow]) -> str:
     """The zoo's one table, then the failures with their stage and first line, then the uncovered ops."""
-    head = ("family", "mesh", "dynamic", "table ops", "uncovered", "redistributes", "audit", "numerics",
+    head = ("family", "mesh", "dynamic", "outcome", "table ops", "uncovered", "redistributes", "audit", "numerics",
             "worst tensor", "max err", "ratio", "s")
     body = [
-        (r.family, "x".join(map(str, r.mesh)), "yes" if r.dynamic else "no", _fmt(r.table_ops, "d"),
+        (r.family, "x".join(map(str, r.mesh)), "yes" if r.dynamic else "no", r.outcome or "-", _fmt(r.table_ops, "d"),
          str(len(r.uncovered)), _fmt(r.redistributes, "d"), r.audit if not r.failure else "FAILED",
          r.numerics, r.worst or "-", _fmt(r.error, ".2e"), _fmt(r.ratio, ".6f"), f"{r.seconds:.0f}")
         for r in rows
@@ -188,7 +281,11 @@ def format_table(rows: Sequence[ZooRow]) -> str:
     failed = [r for r in rows if r.failure]
     if failed:
         lines.append("failures:")
-        lines += [f"  {r.family} {'x'.join(map(str, r.mesh))} dynamic={r.dynamic}: {r.failure}" for r in failed]
+        lines += [f"  {r.family} {'x'.join(map(str, r.mesh))} dynamic={r.dynamic}: {r.reason or r.failure}"
+                  for r in failed]
+    counts = Counter(r.outcome for r in rows if r.outcome)
+    if counts:
+        lines.append("outcomes: " + ", ".join(f"{o} {counts[o]}" for o in OUTCOMES if counts[o]))
     uncovered = sorted({op for r in rows for op in r.uncovered})
     lines.append("uncovered ops (>=2 tensor inputs, no table row): " + (", ".join(uncovered) or "none"))
     ok = sum(r.ok for r in rows)
@@ -210,7 +307,7 @@ def _zoo_command(args: argparse.Namespace) -> int:
         rows = _load_rows(args.table.split(","))
         print(format_table(rows))
         return 0 if all(r.ok for r in rows) else 1
-    families = args.families.split(",") if args.families else None
+    families = (causal_lm_families() if args.families == "all" else args.families.split(",")) if args.families else None
     meshes = [args.mesh] if args.mesh else list(MESHES)
     dynamic = {"both": (True, False), "on": (True,), "off": (False,)}[args.dynamic]
 
@@ -233,7 +330,9 @@ def add_zoo_subcommand(subparsers: Any) -> argparse.ArgumentParser:
     """``zoo``: every transformers family through the default call."""
     p = subparsers.add_parser("zoo", help="tiny transformers causal LMs (10 families) through add_op_constraints()",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--families", default=None, help=f"comma list (default all: {','.join(sorted(ZOO))})")
+    p.add_argument("--families", default=None,
+                   help=f"comma list, or 'all' for every causal LM of the installed transformers "
+                        f"(default the curated ten: {','.join(sorted(ZOO))})")
     p.add_argument("--mesh", type=parse_mesh, default=None, help="one mesh, e.g. 2x2 (default: 2x2 and 2x4)")
     p.add_argument("--dynamic", choices=["both", "on", "off"], default="both",
                    help="AutoParallel(dynamic=...) runs (default both)")
