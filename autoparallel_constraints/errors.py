@@ -98,7 +98,7 @@ class VerificationError(ConstraintsError, RuntimeError):
     violating node, the placement the verifier inferred there and the one expected.
     """
 
-    def __init__(self, report: object) -> None:
+    def __init__(self, report: object, *, materialize: str | None = None) -> None:
         self.report = report
         violations = getattr(report, "violations", ())
         first = violations[0] if violations else None
@@ -107,10 +107,17 @@ class VerificationError(ConstraintsError, RuntimeError):
             if first is not None else "outputs the verifier could not prove: "
             + "; ".join(getattr(report, "unproven_outputs", ()))
         )
+        # advice that fits the call: materialize='all' only where it is not already on
+        advice = (
+            "verify='warn' returns the graph to inspect it; if its numbers match one device "
+            "(autoparallel_constraints.testing.run_numerics), the verifier is wrong: please report it"
+            if materialize == "all" else
+            "the plan can be right while the graph is not (upstream PR #517): use "
+            "add_op_constraints(materialize='all'), or verify='warn' to get the graph and inspect it"
+        )
         super().__init__(
             f"the parallel graph fails verification at {where}. {len(violations)} violation(s) in all "
-            "(see .report). The plan can be right while the graph is not (upstream PR #517): use "
-            "add_op_constraints(materialize='all'), or verify='warn' to get the graph and inspect it."
+            f"(see .report). {advice[0].upper()}{advice[1:]}."
         )
 
 

@@ -440,3 +440,60 @@ def test_even_local_shapes_are_dtensors_on_every_rank():
                 assert tuple(local) == fast, (shape, placements, coordinate)
             checked += 1
     assert checked > 60 and uneven > 10, (checked, uneven)
+
+
+def _all_reduce_graph(divisor: float | None, *, op: str = "sum", tag_div: bool = False) -> Any:
+    """``x -> all_reduce(op) over mesh dim 0 -> wait [-> x / divisor]``, traced, as DTensor emits a
+    mixed sum/avg reduction on a flattened mesh (``_redistribute``: the sum, then ``/ avg_scale``)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from autoparallel_constraints.core._tags import TAG
+
+    mesh = cpu_mesh((2, 2))
+    group = mesh.get_group(0).group_name
+    c10d = torch.ops._c10d_functional
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        y = c10d.wait_tensor(c10d.all_reduce(x, op, group)) if op else x
+        return y / divisor if divisor is not None else y
+
+    gm = make_fx(fn, tracing_mode="fake")(torch.empty(4, 8))
+    for node in gm.graph.nodes:
+        if tag_div and node.target is torch.ops.aten.div.Tensor:
+            node.meta["custom"] = {TAG: "all.redistribute_000"}
+    return gm, mesh
+
+
+@pytest.mark.parametrize(
+    ("op", "source", "divisor", "tag_div", "verdict"),
+    [
+        ("sum", "R", 2, False, "clean"),  # olmo2 2x2: a Partial(avg) that is replicated as it is
+        ("sum", "P(avg)", 2, False, "clean"),
+        ("sum", "P(sum)", None, False, "clean"),
+        ("avg", "R", None, False, "clean"),  # avg, max and min of a replicated tensor are the tensor
+        ("sum", "R", None, False, "illegal_collective"),  # twice the value reaches the output
+        ("sum", "R", 4, False, "illegal_collective"),  # divided by the wrong size
+        ("sum", "P(sum)", 2, False, "clean"),  # the model's own division of a whole sum
+        ("", "R", 2, True, "illegal_collective"),  # the sum dropped, the plugin's division left
+        ("", "R", 2, False, "clean"),  # an untagged division is the model's
+    ],
+    ids=["R-sum-div", "avg-sum-div", "sum-sum", "R-avg", "R-sum-undivided", "R-sum-wrong-divisor",
+         "sum-sum-model-div", "dropped-sum-tagged-div", "model-div"],
+)
+def test_a_sum_over_replicated_dims_must_be_divided_back(op, source, divisor, tag_div, verdict):
+    """A sum-reduction over mesh dims where the value is replicated or Partial(avg) is that many
+    times the value: only a division by exactly that size gives it back (how DTensor reduces a
+    mixed sum/avg Partial on a flattened mesh; OLMo2's graphs on 2x2 were refused for it though
+    their numbers are exact). A division inside a plugin redistribution with no sum before it is a
+    violation (the mutant that drops the sum); the model's own divisions are not."""
+    from torch.distributed.tensor.placement_types import Partial
+
+    from autoparallel_constraints.verifier._walk import verify_graph
+
+    gm, mesh = _all_reduce_graph(divisor, op=op, tag_div=tag_div)
+    first = {"R": Replicate(), "P(avg)": Partial("avg"), "P(sum)": Partial("sum")}[source]
+    out = Replicate() if op else first
+    report = verify_graph(gm, mesh, [_spec(mesh, (4, 8), (first, Replicate()))], [("out", _spec(mesh, (4, 8), (out, Replicate())))])
+    assert [v.kind for v in report.violations] == ([] if verdict == "clean" else [verdict]), report
+    if verdict != "clean":
+        assert "times" in report.violations[0].reason or "divides" in report.violations[0].reason, report

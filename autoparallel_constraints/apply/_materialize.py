@@ -34,6 +34,7 @@ import torch
 import torch.fx.traceback as fx_traceback
 from torch.utils._pytree import tree_flatten
 
+from ..core._tags import TAG
 from ..plan._sizes import SizeCoupling, find_size_couplings, is_dynamic
 from ..plan._state import PlannedRedistribute, get_state
 from ..table import default_table
@@ -45,7 +46,6 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["ApplyRecord", "EdgeRecord", "PlannedRedistribute", "apc_redistribute", "install"]
 
-TAG = "apc_constraint"  # meta["custom"] key on parallel-graph nodes made by a plugin redistribution
 NODE_TAG = "apc_node"  # meta["custom"] key: the joint-graph node a parallel-graph node came from
 MATERIALIZED_PREFIX = "all."  # constraint name of a materialize="all" node: all.redistribute_000
 OP_TAG = "apc_op"  # meta["custom"] key: that node's op family (see op_family)
@@ -383,14 +383,14 @@ def _wrap_apply_placement_common(original: Any) -> Any:
         for plan in record.redistributes:
             logger.info("apc: materialized %s", plan.describe())
         if state is not None and state.verify != "off":
-            _verify_applied(self, record, state.verify)
+            _verify_applied(self, record, state.verify, state.materialize)
         return result
 
     _apply_placement_common.__apc_wrapped__ = True  # type: ignore[attr-defined]
     return _apply_placement_common
 
 
-def _verify_applied(autop: Any, record: ApplyRecord, mode: str) -> None:
+def _verify_applied(autop: Any, record: ApplyRecord, mode: str, materialize: str) -> None:
     """The safe default: the parallel graph just built is proven before anyone trains on it."""
     from ..errors import VerificationError, VerificationWarning
     from ..verifier._contract import verify
@@ -400,9 +400,9 @@ def _verify_applied(autop: Any, record: ApplyRecord, mode: str) -> None:
     if report.ok:
         return
     if mode == "raise" and report.violations:
-        raise VerificationError(report)
+        raise VerificationError(report, materialize=materialize)
     # unproven outputs only (or verify="warn"): nothing wrong was found, nothing proven either
-    warnings.warn(str(VerificationError(report)), VerificationWarning, stacklevel=3)
+    warnings.warn(str(VerificationError(report, materialize=materialize)), VerificationWarning, stacklevel=3)
 
 
 def install() -> None:

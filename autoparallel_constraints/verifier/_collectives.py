@@ -29,10 +29,12 @@ from ._values import (
     _Gathered,
     _Group,
     _linear_terms,
+    _op_name,
     _prod,
     _Restacked,
     _sharded_dim,
     _Stacked,
+    _Summed,
     _Unknowable,
     _Unknown,
     _Violation,
@@ -128,8 +130,8 @@ class _Collectives:
         if name == "all_reduce":
             op, dims = args[1], self._group(args[2])
             spec = self._dist(x, name)
-            _require(spec, dims, lambda p: isinstance(p, Partial) and p.reduce_op == op, f"P({op})", f"all_reduce({op})")
-            return self._with(spec, {d: Replicate() for d in dims})
+            scale = self._reduce_scale(spec, dims, op, f"all_reduce({op})")
+            return self._scaled(node, spec, self._with(spec, {d: Replicate() for d in dims}), dims, scale)
         if name == "all_gather_into_tensor":
             dims = self._group(args[2])
             self._group_size(args[1], dims, name)
@@ -158,8 +160,8 @@ class _Collectives:
                     raise _Violation("illegal_collective", f"reduce_scatter of {x.count} chunks over a group of {dims}")
             else:
                 spec, tdim = self._dist(x, name), 0
-            _require(spec, dims, lambda p: isinstance(p, Partial) and p.reduce_op == op, f"P({op})", f"reduce_scatter({op})")
-            return self._with(spec, {d: Shard(tdim) for d in dims}, append_to=tdim)
+            scale = self._reduce_scale(spec, dims, op, f"reduce_scatter({op})")
+            return self._scaled(node, spec, self._with(spec, {d: Shard(tdim) for d in dims}, append_to=tdim), dims, scale)
         if name in ("all_to_all_single",):
             return _Unknown("all_to_all_single without the DTensor pattern")
         if name == "shard_dim_alltoall":
@@ -172,6 +174,31 @@ class _Collectives:
         if name in ("broadcast", "all_gather_into_tensor_coalesced", "reduce_scatter_tensor_coalesced", "all_reduce_coalesced"):
             return _Unknown(f"{name} is not interpreted")
         return _Unknown(f"collective {name} is not interpreted")
+
+    def _reduce_scale(self, spec: Any, dims: tuple[int, ...], op: str, what: str) -> int:
+        """What a reduction ``op`` over ``dims`` needs of its input, and the factor its result is off
+        by. Each mesh dim must be ``Partial(op)``; a replicated dim is ``Partial`` of any op but
+        ``sum`` as it is (the partition of avg, max and min is the identity). A ``sum`` accepts
+        ``Partial("avg")`` and replicated dims too, and is then ``scale`` = the product of their sizes
+        times the value (DTensor's flattened mixed reduction divides it back)."""
+        if spec is None:
+            raise _Violation("illegal_collective", f"{what} of a tensor without placement")
+        scale = 1
+        for d in dims:
+            p = spec.placements[d]
+            if isinstance(p, Partial) and p.reduce_op == op:
+                continue
+            if op == "sum" and (isinstance(p, Replicate) or (isinstance(p, Partial) and p.reduce_op == "avg")):
+                scale *= self.sizes[d]
+                continue
+            if op in ("avg", "max", "min") and isinstance(p, Replicate):
+                continue
+            _require(spec, (d,), lambda q: False, f"P({op})", what)
+        return scale
+
+    @staticmethod
+    def _scaled(node: torch.fx.Node, source: Any, reduced: Any, dims: tuple[int, ...], scale: int) -> Any:
+        return reduced if scale == 1 else _Summed(reduced, dims, scale, node.name, _op_name(node), source)
 
     def _group_size(self, size: Any, dims: tuple[int, ...], name: str) -> None:
         want = _prod(self.sizes[d] for d in dims)

@@ -40,6 +40,7 @@ from ._values import (
     _sharded_dim,
     _specs_differ,
     _Stacked,
+    _Summed,
     _unique,
     _Unknowable,
     _Unknown,
@@ -365,6 +366,9 @@ class _Propagation:
             raise _Unknowable(f"{what} of {resolved.reason}")
         if isinstance(x, (_Stacked, _Chunks, _Restacked)):
             raise _Violation("illegal_collective", f"{what} of a half-done redistribution ({type(x).__name__})")
+        if isinstance(x, _Summed):
+            raise _Violation("illegal_collective", f"{what} of {x.node}, {x.scale} times its value (never divided back)",
+                             inferred=f"{x.scale} x {fmt_spec(x.spec)}", expected=fmt_spec(x.spec))
         raise _Unknowable(f"{what} of {type(x).__name__} is not interpreted")
 
     def _with(self, spec: Any, changes: dict[int, Placement], *, append_to: int | None = None,

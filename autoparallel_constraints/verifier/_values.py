@@ -118,6 +118,23 @@ class _Merged:
 
 
 @dataclass(frozen=True, slots=True)
+class _Summed:
+    """A sum-reduction over ``dims`` of a tensor some of whose ``dims`` are not ``Partial("sum")``
+    but ``Partial("avg")`` or replicated (a replicated tensor *is* a valid ``Partial("avg")``: its
+    partition is the identity): every rank holds ``scale`` times the reduced value ``spec``. DTensor
+    reduces such mixes on a flattened mesh this way (``_redistribute``: the sum, then
+    ``/ avg_scale``), so only a division by exactly ``scale`` gives ``spec``; any other use is
+    ``scale`` times the value, a violation."""
+
+    spec: Any  # the reduced value: replicated (all_reduce) or sharded (reduce_scatter) on dims
+    dims: tuple[int, ...]
+    scale: int
+    node: str  # the collective
+    op: str  # its op name, e.g. reduce_scatter_tensor
+    source: Any  # the spec it reduced
+
+
+@dataclass(frozen=True, slots=True)
 class _Mesh:
     dims: tuple[tuple[int, ...], ...]  # per dim of this (sub/flattened) mesh: the root mesh dims it spans
 
@@ -152,6 +169,7 @@ _NEW_FACTORY = {
     aten.new_empty_strided.default: None,
 }
 _SPLITS = {aten.split.Tensor, aten.split_with_sizes.default, aten.chunk.default}
+_DIVS = {aten.div.Tensor, aten.div.Scalar}
 _CASTS = {torch.ops.prims.convert_element_type.default, aten._to_copy.default}
 # DTensor's view rules, by op: strict (refuse a redistribution) or not (reshape may redistribute)
 _STRICT_VIEW = {aten.view.default: True, aten._unsafe_view.default: True, aten.reshape.default: False}

@@ -19,6 +19,7 @@ from torch.distributed.tensor.placement_types import Partial, Shard
 from torch.utils._pytree import tree_flatten, tree_map
 
 from ..core._placements import fmt_spec
+from ..core._tags import TAG
 from ..errors import AuditError
 from ._collectives import _Collectives
 from ._mesh import _group_names, _mesh_dims_of
@@ -27,6 +28,7 @@ from ._propagation import _dtensor_memos, _Propagation
 from ._report import GraphViolation, VerifyReport
 from ._values import (
     _CASTS,
+    _DIVS,
     _FACTORY,
     _MAX_READINGS,
     _NEW_FACTORY,
@@ -50,6 +52,7 @@ from ._values import (
     _same_layout,
     _scalar_value,
     _Stacked,
+    _Summed,
     _Unknowable,
     _Unknown,
     _Violation,
@@ -277,6 +280,9 @@ class _Verifier(_Collectives, _Views, _Propagation):
         name = getattr(target, "__name__", str(target))
         if target in _PASS_THROUGH:
             return args[0]
+        summed = [a for a in flat if isinstance(a, _Summed)]
+        if summed or (target in _DIVS and (node.meta.get("custom") or {}).get(TAG)):
+            return self._unscale(node, args, summed)
         if target in _CASTS and _is_spec(args[0]):
             return _as_dtype(args[0], node.meta["val"].dtype)
         ns = getattr(target, "namespace", "")
@@ -295,6 +301,30 @@ class _Verifier(_Collectives, _Views, _Propagation):
             if merged is not None:
                 return merged
         return self._compute_once(node, args, kwargs)
+
+    def _unscale(self, node: torch.fx.Node, args: Any, summed: list[Any]) -> Any:
+        """A sum over mesh dims that held a replicated or ``Partial("avg")`` value is ``scale``
+        times it (:class:`_Summed`): only a division by exactly ``scale`` gives it back. A division
+        inside a plugin redistribution (``meta["custom"]`` tag) is only ever that: without the sum
+        before it, it divides the value (e.g. the sum was dropped)."""
+        if target_is_div := node.target in _DIVS:
+            divisor = args[1] if len(args) > 1 else None
+            if len(summed) == 1 and args[0] is summed[0] and isinstance(divisor, (int, float)) \
+                    and not isinstance(divisor, bool) and divisor == summed[0].scale:
+                return summed[0].spec
+        if not summed:
+            raise _Violation(
+                "illegal_collective",
+                f"{_op_name(node)} inside a plugin redistribution divides a value no sum-reduction scaled",
+                expected="the sum-reduction it scales back",
+            )
+        x = summed[0]
+        raise _Violation(
+            "illegal_collective",
+            f"{_op_name(node)} uses {x.node}, a sum over mesh dims {list(x.dims)} where the value was replicated "
+            f"or Partial(avg): {x.scale} times the value" + ("" if target_is_div else f", never divided by {x.scale}"),
+            inferred=f"{x.scale} x {fmt_spec(x.spec)}", expected=f"{fmt_spec(x.spec)} (divided by {x.scale})",
+        )
 
     def _get_attr(self, node: torch.fx.Node) -> Any:
         obj = _fetch_attr(self.gm, str(node.target))
@@ -373,6 +403,14 @@ class _Verifier(_Collectives, _Views, _Propagation):
             self.outputs_checked += 1
             if isinstance(value, _Gathered):
                 value = value.spec
+            if isinstance(value, _Summed):
+                self.violations.append(GraphViolation(
+                    kind="illegal_collective", node=value.node, op=value.op,
+                    reason=f"{value.op} sums over mesh dims {list(value.dims)} a tensor that is "
+                           f"{fmt_spec(value.source)} there: {value.scale} times its value reaches {name}",
+                    inferred=f"{value.scale} x {fmt_spec(value.spec)}", expected=fmt_spec(expected),
+                ))
+                continue
             if isinstance(value, _Chunks) and value.piece is not None:
                 value = self._chunk_as_rank_slice(value)
             if isinstance(value, _Unknown) or value is _SCALAR:

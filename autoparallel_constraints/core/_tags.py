@@ -1,0 +1,7 @@
+"""The key the apply step puts in ``node.meta["custom"]`` of every node of a plugin redistribution.
+
+Defined here, below both, because the verifier reads it too: only to refuse more (a division inside
+a plugin redistribution must be the scale of the sum before it), never to accept a graph.
+"""
+
+TAG = "apc_constraint"  # meta["custom"] key on parallel-graph nodes made by a plugin redistribution
