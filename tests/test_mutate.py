@@ -180,3 +180,16 @@ def test_seed_2x2_every_wrong_mutant_is_flagged(seed_2x2):
     slice taking chunk 0 on every rank) are caught: unknown outputs are not clean, gathered shards
     keep their provenance, rank-coordinate arithmetic is replayed from the graph."""
     assert not seed_2x2.misses, seed_2x2
+
+
+@pytest.mark.ondemand
+def test_olmo2_2x2_sum_then_divide_mutants_are_caught():
+    """transformers' OLMo2 (tiny defaults; its q/k norms make the 2x2 plan reduce a replicated
+    Partial(avg) by a sum on the flattened mesh and a division by 4): the unmutated graph is exact
+    and clean, and no mutant that breaks the numbers passes the verifier, dropping the sum before
+    the plugin's division included. Rests on transformers 5.25's OLMo2 modelling."""
+    from autoparallel_constraints.testing import run_mutations
+
+    report = run_mutations(["olmo2"], [(2, 2)])
+    assert not report.bad_originals, report
+    assert not report.misses, report

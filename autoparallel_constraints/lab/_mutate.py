@@ -149,9 +149,10 @@ def _fuzz_spec() -> Any:
 
 
 def sources() -> dict[str, Source]:
-    """The sources by name: ``seed``, ``seed_swapped``, ``llama3``, ``falcon``, ``fuzz``, ``fuzz_all``."""
+    """The sources by name: ``seed``, ``seed_swapped``, ``llama3``, ``falcon``, ``olmo2``, ``fuzz``,
+    ``fuzz_all``."""
     from ..harness._fuzz import FuzzModel
-    from ..models import SeedBlock, SeedConfig, falcon_tiny, llama3_small
+    from ..models import SeedBlock, SeedConfig, falcon_tiny, llama3_small, zoo_model
 
     # conformance.SWAPPED_CONFIG and SWAPPED (not imported: conformance imports the lab, which
     # imports this package): batch == seq, so the swapped shardings have equal local shapes
@@ -199,6 +200,12 @@ def sources() -> dict[str, Source]:
                          atol=1e-4, rtol=1e-4, limit=3, note="llama3_small(): 2 layers, dim 64"),
         "falcon": Source(name="falcon", model_fn=lambda: _Logits(falcon_model()), input_fn=falcon_input,
                          atol=1e-4, rtol=1e-4, limit=3, note="falcon_tiny(): 1 layer, hidden 64, multi-query"),
+        # transformers' OLMo2 at tiny defaults (q/k norms over the whole projection): on 2x2 its plan
+        # reduces a Partial(avg) that is replicated as it is, on the flattened mesh: the sum, then
+        # the division by 4 (transformers 5.25; the zoo's olmo2 row)
+        "olmo2": Source(name="olmo2", model_fn=lambda: zoo_model("olmo2")[0](), input_fn=lambda: zoo_model("olmo2")[1](),
+                        atol=1e-4, rtol=1e-4, limit=3, meshes=((2, 2),),
+                        note="transformers OLMo2, tiny defaults, eager: the sum-then-divide reduction"),
         "fuzz": Source(
             name="fuzz", model_fn=lambda: FuzzModel(spec), input_fn=lambda: torch.randn(4, 4, 16),
             output_placements=lambda ndim: [None], parameter_memory_constraint=False, atol=1e-4, rtol=1e-4,
@@ -651,7 +658,7 @@ def add_subcommand(subparsers: Any) -> None:
     p = subparsers.add_parser("mutate", help="break correct parallel graphs one thing at a time; the verifier "
                               "must agree with the numbers", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sources", default=None, help="comma list of seed, seed_swapped, llama3, falcon, fuzz, "
+    p.add_argument("--sources", default=None, help="comma list of seed, seed_swapped, llama3, falcon, olmo2, fuzz, "
                    "fuzz_all (default: all)")
     p.add_argument("--meshes", default=None, help="comma list like 2,2x2,2x4,4x2 (default: each source's own)")
     p.add_argument("--operators", default=None, help=f"comma list of {', '.join(OPERATORS)} (default: all)")

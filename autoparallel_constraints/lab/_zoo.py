@@ -73,6 +73,8 @@ class ZooRow:
     seconds: float = 0.0
     failure: str = ""
     details: str = ""
+    unknown: int | None = None  # tensor nodes the verifier could not place
+    unproven: int | None = None  # outputs it could not prove
     outcome: str = ""  # one of OUTCOMES (empty in rows saved before outcomes existed)
     reason: str = ""  # why: the refusal, the upstream error with the frame that raised it, the skip
 
@@ -155,6 +157,7 @@ def _dynamic_row(family: str, mesh_shape: tuple[int, ...]) -> dict[str, Any]:
     if "audit" in seen:
         rep = seen["audit"]
         out.update(table_ops=rep.table_nodes, redistributes=len(rep.redistributes), audit=rep.verdict)
+        out.update(_verifier_counts(rep))
     if report.checks:
         worst = max(report.checks, key=lambda c: c.excess)
         out.update(numerics="exact" if report.ok else "WRONG", worst=worst.name, error=worst.max_abs_err,
@@ -193,6 +196,7 @@ def _static_row(family: str, mesh_shape: tuple[int, ...]) -> dict[str, Any]:
             stage = "audit"
             rep = audit(autop)
             out.update(table_ops=rep.table_nodes, redistributes=len(rep.redistributes), audit=rep.verdict)
+            out.update(_verifier_counts(rep))
             stage = "inductor"
             lower_with_inductor(autop)
             out["numerics"] = "lowered"
@@ -207,6 +211,13 @@ def _static_row(family: str, mesh_shape: tuple[int, ...]) -> dict[str, Any]:
     out["outcome"] = "lowered" if out.get("audit") == "clean" else "refused"
     out["reason"] = "" if out.get("audit") == "clean" else f"audit {out.get('audit')}"
     return out
+
+
+def _verifier_counts(rep: Any) -> dict[str, Any]:
+    verification = getattr(rep, "verification", None)
+    if verification is None:
+        return {}
+    return {"unknown": verification.n_unknown, "unproven": len(verification.unproven_outputs)}
 
 
 def _unavailable(family: str) -> str | None:
@@ -267,12 +278,12 @@ def _fmt(value: float | None, spec: str) -> str:
 
 def format_table(rows: Sequence[ZooRow]) -> str:
     """The zoo's one table, then the failures with their stage and first line, then the uncovered ops."""
-    head = ("family", "mesh", "dynamic", "outcome", "table ops", "uncovered", "redistributes", "audit", "numerics",
-            "worst tensor", "max err", "ratio", "s")
+    head = ("family", "mesh", "dynamic", "outcome", "table ops", "uncovered", "redistributes", "audit",
+            "unknown", "numerics", "worst tensor", "max err", "ratio", "s")
     body = [
         (r.family, "x".join(map(str, r.mesh)), "yes" if r.dynamic else "no", r.outcome or "-", _fmt(r.table_ops, "d"),
          str(len(r.uncovered)), _fmt(r.redistributes, "d"), r.audit if not r.failure else "FAILED",
-         r.numerics, r.worst or "-", _fmt(r.error, ".2e"), _fmt(r.ratio, ".6f"), f"{r.seconds:.0f}")
+         "-" if r.unknown is None else f"{r.unknown}/{r.unproven}", r.numerics, r.worst or "-", _fmt(r.error, ".2e"), _fmt(r.ratio, ".6f"), f"{r.seconds:.0f}")
         for r in rows
     ]
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)]
