@@ -442,9 +442,10 @@ def test_even_local_shapes_are_dtensors_on_every_rank():
     assert checked > 60 and uneven > 10, (checked, uneven)
 
 
-def _all_reduce_graph(divisor: float | None, *, op: str = "sum", tag_div: bool = False) -> Any:
+def _all_reduce_graph(divisor: float | None, *, op: str = "sum", tag_div: bool = False, partition: bool = False) -> Any:
     """``x -> all_reduce(op) over mesh dim 0 -> wait [-> x / divisor]``, traced, as DTensor emits a
-    mixed sum/avg reduction on a flattened mesh (``_redistribute``: the sum, then ``/ avg_scale``)."""
+    mixed sum/avg reduction on a flattened mesh (``_redistribute``: the sum, then ``/ avg_scale``);
+    with ``partition``, ``x / divisor`` comes first (``Replicate -> Partial("sum")``) and the sum after."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from autoparallel_constraints.core._tags import TAG
@@ -454,6 +455,8 @@ def _all_reduce_graph(divisor: float | None, *, op: str = "sum", tag_div: bool =
     c10d = torch.ops._c10d_functional
 
     def fn(x: torch.Tensor) -> torch.Tensor:
+        if partition:
+            return c10d.wait_tensor(c10d.all_reduce(x / divisor, op, group))
         y = c10d.wait_tensor(c10d.all_reduce(x, op, group)) if op else x
         return y / divisor if divisor is not None else y
 
@@ -474,26 +477,31 @@ def _all_reduce_graph(divisor: float | None, *, op: str = "sum", tag_div: bool =
         ("sum", "R", None, False, "illegal_collective"),  # twice the value reaches the output
         ("sum", "R", 4, False, "illegal_collective"),  # divided by the wrong size
         ("sum", "P(sum)", 2, False, "clean"),  # the model's own division of a whole sum
-        ("", "R", 2, True, "illegal_collective"),  # the sum dropped, the plugin's division left
+        ("", "R", 2, True, "output_mismatch"),  # the sum dropped: the plugin's division is a partition left Partial
+        ("", "R", 3, True, "illegal_collective"),  # a plugin division no mesh dims explain
         ("", "R", 2, False, "clean"),  # an untagged division is the model's
+        ("partition", "R", 2, True, "clean"),  # qwen2_moe 2x2: R -> P(sum) is x / 2, then the sum
     ],
     ids=["R-sum-div", "avg-sum-div", "sum-sum", "R-avg", "R-sum-undivided", "R-sum-wrong-divisor",
-         "sum-sum-model-div", "dropped-sum-tagged-div", "model-div"],
+         "sum-sum-model-div", "dropped-sum-tagged-div", "tagged-div-no-dims", "model-div", "partition-then-sum"],
 )
 def test_a_sum_over_replicated_dims_must_be_divided_back(op, source, divisor, tag_div, verdict):
     """A sum-reduction over mesh dims where the value is replicated or Partial(avg) is that many
     times the value: only a division by exactly that size gives it back (how DTensor reduces a
     mixed sum/avg Partial on a flattened mesh; OLMo2's graphs on 2x2 were refused for it though
-    their numbers are exact). A division inside a plugin redistribution with no sum before it is a
-    violation (the mutant that drops the sum); the model's own divisions are not."""
+    their numbers are exact). A division inside a plugin redistribution is either that scale or
+    DTensor's ``Replicate -> Partial("sum")`` (``v / n`` over mesh dims of size n: qwen2_moe's
+    graphs); one neither explains is a violation, and without its sum it leaves a Partial the
+    contract refuses (the mutant that drops the sum). The model's own divisions are its own."""
     from torch.distributed.tensor.placement_types import Partial
 
     from autoparallel_constraints.verifier._walk import verify_graph
 
-    gm, mesh = _all_reduce_graph(divisor, op=op, tag_div=tag_div)
+    partition = op == "partition"
+    gm, mesh = _all_reduce_graph(divisor, op="sum" if partition else op, tag_div=tag_div, partition=partition)
     first = {"R": Replicate(), "P(avg)": Partial("avg"), "P(sum)": Partial("sum")}[source]
     out = Replicate() if op else first
     report = verify_graph(gm, mesh, [_spec(mesh, (4, 8), (first, Replicate()))], [("out", _spec(mesh, (4, 8), (out, Replicate())))])
     assert [v.kind for v in report.violations] == ([] if verdict == "clean" else [verdict]), report
-    if verdict != "clean":
+    if verdict == "illegal_collective":
         assert "times" in report.violations[0].reason or "divides" in report.violations[0].reason, report

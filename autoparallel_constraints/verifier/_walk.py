@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import operator
 import time
 from collections import Counter
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx
-from torch.distributed.tensor.placement_types import Partial, Shard
+from torch.distributed.tensor.placement_types import Partial, Replicate, Shard
 from torch.utils._pytree import tree_flatten, tree_map
 
 from ..core._placements import fmt_spec
@@ -313,10 +314,15 @@ class _Verifier(_Collectives, _Views, _Propagation):
                     and not isinstance(divisor, bool) and divisor == summed[0].scale:
                 return summed[0].spec
         if not summed:
+            partitions = self._partitions(args[0], args[1] if len(args) > 1 else None)
+            if partitions:
+                return partitions[0] if len(partitions) == 1 else _Readings(tuple(partitions))
             raise _Violation(
                 "illegal_collective",
-                f"{_op_name(node)} inside a plugin redistribution divides a value no sum-reduction scaled",
-                expected="the sum-reduction it scales back",
+                f"{_op_name(node)} inside a plugin redistribution divides a value neither a sum-reduction "
+                "scaled nor a partition into Partial(sum) explains",
+                inferred=fmt_spec(args[0]) if _is_spec(args[0]) else type(args[0]).__name__,
+                expected="the sum-reduction it scales back, or a replicated value split over mesh dims of that size",
             )
         x = summed[0]
         raise _Violation(
@@ -325,6 +331,20 @@ class _Verifier(_Collectives, _Views, _Propagation):
             f"or Partial(avg): {x.scale} times the value" + ("" if target_is_div else f", never divided by {x.scale}"),
             inferred=f"{x.scale} x {fmt_spec(x.spec)}", expected=f"{fmt_spec(x.spec)} (divided by {x.scale})",
         )
+
+    def _partitions(self, x: Any, divisor: Any) -> list[Any]:
+        """``Replicate -> Partial("sum")`` as DTensor computes it (``Partial._partition_value``:
+        ``v / n``): the readings of ``x / divisor`` as ``x`` Partial(sum) over a set of mesh dims
+        where ``x`` is replicated and whose sizes multiply to ``divisor``."""
+        if not _is_spec(x) or not isinstance(divisor, int) or isinstance(divisor, bool) or divisor < 2:
+            return []
+        free = [d for d, p in enumerate(x.placements) if isinstance(p, Replicate)]
+        out = []
+        for k in range(1, len(free) + 1):
+            for dims in itertools.combinations(free, k):
+                if math.prod(self.sizes[d] for d in dims) == divisor:
+                    out.append(self._with(x, {d: Partial("sum") for d in dims}))
+        return out
 
     def _get_attr(self, node: torch.fx.Node) -> Any:
         obj = _fetch_attr(self.gm, str(node.target))
