@@ -223,14 +223,20 @@ def _verifier_counts(rep: Any) -> dict[str, Any]:
 def _unavailable(family: str) -> str | None:
     """Why ``family`` cannot be built here at tiny sizes on the meta device, or None."""
     try:
-        model_fn, _ = zoo_model(family)
+        model_fn, input_fn = zoo_model(family)
         with torch.device("meta"):
             model_fn()
     except FamilyUnavailable as exc:
         return str(exc)
     except Exception as exc:  # noqa: BLE001 - the family's own code refuses the tiny config
         first = (str(exc).strip().splitlines() or [""])[0][:200]
-        return f"does not build at tiny sizes: {type(exc).__name__}: {first}"
+        return f"does not build at the tiny defaults: {type(exc).__name__}: {first}"
+    try:  # one forward on one device: the tiny defaults may not fit the family's own code
+        with torch.no_grad():
+            model_fn()(input_fn())
+    except Exception as exc:  # noqa: BLE001
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        return f"its forward fails at the tiny defaults on one device: {type(exc).__name__}: {first}"
     return None
 
 
@@ -247,6 +253,11 @@ def zoo_row(family: str, mesh_shape: Sequence[int], *, dynamic: bool) -> ZooRow:
     except ConstraintsError as exc:  # the plugin refused the call itself (e.g. pins it cannot satisfy)
         fields = {"failure": f"constraints: {type(exc).__name__}: {exc}", "details": traceback.format_exc(),
                   "outcome": "failed", "reason": f"{type(exc).__name__}: {exc}"}
+    except Exception as exc:  # noqa: BLE001 - a row, not a crash: the zoo reports every family
+        failure = f"run: {type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
+        details = traceback.format_exc()
+        outcome, reason = _outcome_of_failure(failure, details)
+        fields = {"failure": failure, "details": details, "outcome": outcome, "reason": reason}
     row = ZooRow(family=family, mesh=mesh_shape, dynamic=dynamic, seconds=time.perf_counter() - t0, **fields)
     logger.info("zoo %s %s dynamic=%s: %s", family, mesh_shape, dynamic, row.failure or row.numerics)
     return row
