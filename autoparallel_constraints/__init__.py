@@ -58,6 +58,7 @@ from .plan._state import AddedConstraints, PlannedRedistribute  # noqa: E402
 from .table import Alignment, ArgSpec, Flag, Linearity, OpRule, Role, Table, default_table  # noqa: E402
 from .verifier._contract import verify  # noqa: E402
 from .verifier._report import GraphViolation, VerifyReport  # noqa: E402
+from .workbench import Workbench, WorkbenchRow, WorkbenchRows  # noqa: E402
 
 __all__ = [
     "FORMULATIONS",
@@ -95,6 +96,9 @@ __all__ = [
     "VerificationWarning",
     "VerifyReport",
     "Violation",
+    "Workbench",
+    "WorkbenchRow",
+    "WorkbenchRows",
     "add_op_constraints",
     "apc_redistribute",
     "audit",

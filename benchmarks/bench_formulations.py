@@ -24,7 +24,7 @@ How it measures:
   own peak: a forked child starts with its parent's high-water mark (Linux keeps it across
   ``exec``), so it reads as the worker's RSS at the fork (measured: equal to the worker's peak on
   llama3 32 layers). CBC's own memory is therefore not in these figures.
-* **Interleaved repeats after a warm-up** (``autoparallel_constraints.lab._stats.interleave``):
+* **Interleaved repeats after a warm-up** (``autoparallel_constraints.core._stats.interleave``):
   ``--warmup`` discarded runs first (the rows in order; they warm the page cache and the byte
   code — there is no in-process state to warm, every run is a new process), then ``--repeat``
   rounds (3 by default) that visit every row once, the order reversed every other round, so drift
@@ -96,7 +96,7 @@ RSS_BOUND = 1.10
 def pooled_build_ratio(runs: Sequence[Any], base_runs: Sequence[Any], pooled: float) -> Any:
     """``runs`` over ``base_runs`` round by round, each run's ``AutoParallel.__enter__`` CPU
     seconds replaced by ``pooled``: (pooled + plugin + solve) / (pooled + solve)."""
-    from autoparallel_constraints.lab._stats import paired_ratio
+    from autoparallel_constraints.core._stats import paired_ratio
 
     def own(s: Any) -> float:
         return pooled + s.build_solve_cpu_s - s.enter_cpu_s
@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         render_compare,
         result_payload,
     )
-    from autoparallel_constraints.lab._stats import Ratio, Spread, interleave, paired_ratio
+    from autoparallel_constraints.core._stats import Ratio, Spread, interleave, paired_ratio
 
     rows = [tuple(r.split("/")) for r in args.rows.split(",") if r]
     if args.profile:

@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
 
-    from autoparallel_constraints.lab._stats import Spread, interleave, paired_ratio
+    from autoparallel_constraints.core._stats import Spread, interleave, paired_ratio
     from autoparallel_constraints.testing import init_fake_process_group
 
     mesh_shape = tuple(int(x) for x in args.mesh.split("x"))

@@ -7,13 +7,22 @@ silently skipping. Re-check a line when ``autoparallel_constraints/constraints.t
 
 from __future__ import annotations
 
+import torch
 import transformers
 from packaging.version import Version
 
 TRANSFORMERS = Version(transformers.__version__)
+TORCH = Version(torch.__version__.split("+")[0])
 
 #: HF ``FalconAttention._split_heads`` (multi-query, old decoder architecture) takes k and v with the
 #: list indexes ``fused_qkv[..., [-2], :]`` / ``[..., [-1], :]`` (advanced indexing: index_put in
 #: the backward) in 5.0 to 5.24 (read in 5.23.0 and 5.24.0), and with
 #: ``fused_qkv.split([num_heads, 1, 1], dim=-2)`` (no index_put) from 5.25.0.
 HF_FALCON_LIST_INDEX = TRANSFORMERS < Version("5.25")
+
+#: autoparallel a54c252 alone on test_sizes' CAT_1D, mesh (2,): two plans cost the same (objective
+#: 109.31), the input's alias Shard(0) (``full`` then takes its batch size from a batch-sharded
+#: tensor: size mismatch, run-time crash) or Replicate (exact). The solver picks the first with
+#: torch 2.13.0 and the second with 2.14.1 and 2.15.0, whose DTensor rules offer more strategies
+#: (Partial through slice, mul, cat) and so pose a different ILP with the same optimum.
+AP_CAT_BASELINE_SIZE_MISMATCH = TORCH < Version("2.14")

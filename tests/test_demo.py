@@ -1,5 +1,5 @@
 """Guards the demo (``python -m autoparallel_constraints demo``) and the statistics every printed
-ratio goes through (``autoparallel_constraints.lab._stats``): medians and min–max of repeats, paired
+ratio goes through (``autoparallel_constraints.core._stats``): medians and min–max of repeats, paired
 ratios whose spread decides "within noise", and the interleaved order of runs with a discarded
 warm-up round. The demo itself runs once (``--quick``) and must tell the story in order: the
 forced #348 case crashes Inductor and is flagged without the plugin and is clean with it; the
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from autoparallel_constraints.core._stats import Ratio, Spread, interleave, paired_ratio, round_order
 from autoparallel_constraints.errors import InvalidOptionError
-from autoparallel_constraints.lab._stats import Ratio, Spread, interleave, paired_ratio, round_order
 
 ROOT = Path(__file__).resolve().parents[1]
 ISSUE_348 = "Broadcast failed in ExpandView([16, 32, 1, 64], [4, 128, 1, 64])"

@@ -121,14 +121,15 @@ def test_compare_figure_draws_min_max_error_bars():
 
 @pytest.mark.full
 def test_compare_prints_one_table_and_writes_json_and_png(tmp_path, capsys):
-    """seed (tiny), 2x4, none/lazy x cbc/highs, --repeat 2: four rows in one table with every
-    column, a progress line per run on stderr (warm-up runs tagged), equal objectives (the
-    baseline plan is clean), JSON with two samples and one warm-up per row and the paired ratios,
-    and a PNG image."""
+    """seed (tiny), 2x4, none/lazy x cbc/highs, --repeat 2, on one build (--one-build; the demo's
+    time section runs rows with a build each): four rows in one table with every column, the
+    shared build in the heading, a progress line per run on stderr (warm-up runs tagged), equal
+    objectives (the baseline plan is clean), JSON with two samples and one warm-up per row, the
+    shared build and the paired ratios, and a PNG image."""
     out_json, out_png = tmp_path / "lab.json", tmp_path / "lab.png"
     code = main([
         "compare", "--model", "seed", "--size", "tiny", "--mesh", "2x4",
-        "--formulations", "none,lazy", "--solvers", "cbc,highs", "--repeat", "2",
+        "--formulations", "none,lazy", "--solvers", "cbc,highs", "--repeat", "2", "--one-build",
         "--json", str(out_json), "--png", str(out_png),
     ])
     assert code == 0
@@ -143,6 +144,7 @@ def test_compare_prints_one_table_and_writes_json_and_png(tmp_path, capsys):
     assert [(r[0], r[1]) for r in rows] == [(f, s) for f in ("none", "lazy") for s in ("cbc", "highs")]
     assert all(r[-1] == "clean" for r in rows)
     assert "median [min-max] of 2 interleaved repeats per row after 1 warm-up round (discarded)" in captured.out
+    assert re.search(r"one build shared by every row \([\d.]+ s wall, [\d.]+ s CPU\)", captured.out)
     ratio = next(line for line in lines if line.startswith("lazy/highs / none/cbc build+solve: wall "))
     assert re.search(r"\[[\d.]+–[\d.]+\] (within noise|faster|slower)", ratio) and "objective = none/cbc" in ratio
     progress = [line for line in captured.err.splitlines() if line.startswith("[")]
@@ -152,6 +154,9 @@ def test_compare_prints_one_table_and_writes_json_and_png(tmp_path, capsys):
 
     payload = json.loads(out_json.read_text())
     assert payload["model"] == "seed" and payload["mesh"] == [2, 4] and payload["repeat"] == 2
+    wall, cpu = payload["shared_build_s"]
+    assert wall > 0 and cpu > 0
+    assert all(s["build_s"] < wall for r in payload["rows"] for s in r["samples"])  # the plugin's part only
     assert [r["label"] for r in payload["rows"]] == ["none/cbc", "none/highs", "lazy/cbc", "lazy/highs"]
     for row in payload["rows"]:
         assert len(row["samples"]) == 2 and len(row["warmups"]) == 1

@@ -103,10 +103,24 @@ def test_seed_block_exact(mesh_shape: tuple[int, ...]) -> None:
     assert report.check("grad:proj.weight").ratio == pytest.approx(1.0, abs=1e-5)
 
 
+def _replicate_bias_grad_view(autop) -> None:
+    """The bias gradient's view (``[1, 10] -> [10]``) stays Replicate, as 2.13's solver leaves it.
+    Sharded over 4 it is an uneven view, whose size autoparallel a54c252 localizes as the ceiling
+    (``_localize_shape_arg``: 3 on every rank, rank 3 holds 1); torch 2.14.1 and 2.15.0's rules
+    make that plan the solver's pick. Not the harness's concern: pinned away."""
+    autop.sharding_optimizer.add_node_constraint(_first(autop, torch.ops.aten.view.default), (Replicate(),))
+
+
 def test_uneven_shards_exact() -> None:
     """Shards of different sizes (torch.chunk: 10 over 4 ranks is 3,3,3,1; a batch of 6 is 2,2,2,0)
     are built, run and gathered consistently with the parallel graph."""
-    report = run_numerics(lambda: nn.Linear(12, 10), lambda: torch.randn(6, 12), (4,), input_requires_grad=True)
+    report = run_numerics(
+        lambda: nn.Linear(12, 10),
+        lambda: torch.randn(6, 12),
+        (4,),
+        input_requires_grad=True,
+        configure=_replicate_bias_grad_view,
+    )
     _assert_exact(report)
     assert report.physical["param:bias"] == (Shard(0),), report.placement_summary  # 10 over 4
     assert report.physical["input[0]"] == (Shard(0),), report.placement_summary  # 6 over 4, one empty

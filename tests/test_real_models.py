@@ -38,9 +38,10 @@ class Logits(nn.Module):
 @pytest.mark.parametrize(
     ("name", "plugin"),
     [
-        pytest.param("falcon", False, id="baseline-falcon"),
+        # autoparallel alone on a real model: variants of the baseline audit the default tier holds
+        # on the seed block (test_audit.py), on demand (92 s and 73 s on an idle 2-core machine)
+        pytest.param("falcon", False, id="baseline-falcon", marks=pytest.mark.ondemand),
         pytest.param("falcon", True, id="plugin-falcon"),
-        # the baseline's clean audit on a second real model: a variant, on demand (73 s)
         pytest.param("llama3", False, id="baseline-llama3", marks=pytest.mark.ondemand),
         pytest.param("llama3", True, id="plugin-llama3"),
     ],

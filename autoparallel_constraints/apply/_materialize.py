@@ -23,7 +23,9 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import itertools
 import logging
+import math
 import operator
 import warnings
 from collections.abc import Iterator, Sequence
@@ -253,7 +255,7 @@ def _wrap_redistribute_tensor(original: Any) -> Any:
             finally:
                 _EXECUTED.reset(token)
             executed_target = executed[-1] if executed else curr_spec
-        shape = tuple(int(d) if isinstance(d, int) else -1 for d in out.shape) if isinstance(out, torch.Tensor) else None
+        shape = tuple(_same_on_every_rank(d) for d in out.shape) if isinstance(out, torch.Tensor) else None
         record.edges.append(
             EdgeRecord(
                 consumer=node.name,
@@ -269,6 +271,35 @@ def _wrap_redistribute_tensor(original: Any) -> Any:
 
     redistribute_tensor.__apc_wrapped__ = True  # type: ignore[attr-defined]
     return redistribute_tensor
+
+
+def _same_on_every_rank(size: Any, most: int = 4096) -> int:
+    """A traced local size as an int, or -1 where it is symbolic and not one value for every value
+    of its symbols (at most ``most`` combinations of finite ranges).
+
+    torch 2.15 traces an even shard's size as ``Min(n, c*(k + 1)) - Min(n, c*k)`` of the unbacked
+    rank coordinate ``k``: ``c`` on every rank, but left unsimplified (2.13 traced ``c``)."""
+    if isinstance(size, int):
+        return size
+    node = getattr(size, "node", None)
+    expr = getattr(node, "expr", None)
+    if expr is None:
+        return -1
+    symbols = sorted(expr.free_symbols, key=str)
+    values: list[range] = []
+    for symbol in symbols:
+        bounds = node.shape_env.var_to_range.get(symbol)
+        try:
+            values.append(range(int(bounds.lower), int(bounds.upper) + 1))
+        except (AttributeError, TypeError, ValueError, OverflowError):  # no range, or not finite
+            return -1
+    if not symbols or math.prod(len(v) for v in values) > most:
+        return -1
+    seen = {expr.subs(dict(zip(symbols, point))) for point in itertools.product(*values)}
+    if len(seen) != 1:
+        return -1
+    (value,) = seen
+    return int(value) if value.is_integer else -1
 
 
 _EXECUTED: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar("apc_executed", default=None)

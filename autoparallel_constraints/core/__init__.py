@@ -1,5 +1,6 @@
 """The core every stage may use: placement formatting and local shapes, the check that
-autoparallel is importable, and the version report (``python -m autoparallel_constraints doctor``).
+autoparallel is importable, the version report (``python -m autoparallel_constraints doctor``),
+and the statistics every measured figure goes through (``_stats``).
 
 Stage 0 of the pipeline (``docs/architecture.md``); it imports nothing else of the package but
 :mod:`autoparallel_constraints.errors`.

@@ -22,17 +22,18 @@ import logging
 import os
 import platform
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
 import torch
 
+from ..core._stats import Ratio, Spread, interleave, paired_ratio
 from ..errors import InvalidOptionError
 from ._cli import parse_mesh
 from ._models import LAB_MODELS, SIZES, lab_model
 from ._runs import BASELINE, RunSummary, render_table, run_model
-from ._stats import Ratio, Spread, interleave, paired_ratio
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +114,9 @@ class CompareResult:
     warmup: int
     rows: list[RowRuns]
     machine: dict[str, Any] = field(default_factory=dict)
+    # --one-build: the one AutoParallel build every row shared (wall, CPU seconds); the rows' build
+    # column is then only the plugin's additions
+    shared_build: tuple[float, float] | None = None
 
     def row(self, formulation: str, solver: str = "cbc") -> RowRuns | None:
         return next((r for r in self.rows if r.formulation == formulation and r.solver == solver), None)
@@ -147,9 +151,15 @@ class CompareResult:
                 f"; 1-min load average {m['load_start']:.2f} at start, {m['load_end']:.2f} at end on "
                 f"{m.get('cpus')} CPUs"
             )
+        shared = ""
+        if self.shared_build is not None:
+            shared = (
+                f"; one build shared by every row ({self.shared_build[0]:.1f} s wall, {self.shared_build[1]:.1f} s "
+                "CPU), not in the rows' build column"
+            )
         return (
             f"median [min-max] of {self.repeat} interleaved repeat{'s' if self.repeat != 1 else ''} per "
-            f"row after {self.warmup} warm-up round{'s' if self.warmup != 1 else ''} (discarded){load}"
+            f"row after {self.warmup} warm-up round{'s' if self.warmup != 1 else ''} (discarded){load}{shared}"
         )
 
 
@@ -197,13 +207,18 @@ def compare_rows(
     device: str = "H100",
     progress: TextIO | None = None,
     apply: bool = True,
+    one_build: bool = False,
 ) -> CompareResult:
     """Run each ``(formulation, solver)`` row on ``model`` in this process, interleaved: ``warmup``
     rounds over every row (discarded), then ``repeat`` rounds, the order reversed every other
-    round (:func:`._stats.interleave`). ``none`` is autoparallel alone (with that solver).
+    round (:func:`..core._stats.interleave`). ``none`` is autoparallel alone (with that solver).
 
     Each run gets fresh mesh-blind caches, so every run pays the same build. ``progress`` (the CLI
     passes stderr) gets a line when each run starts and ends.
+
+    ``one_build``: build once and run every row on it with the :class:`~..workbench.Workbench`
+    (restored exactly between rows); each row's build column is then the plugin's additions only,
+    and :attr:`CompareResult.shared_build` the one build.
     """
     from ..formulations import make_formulation
     from ..harness import cpu_mesh, device_name, fresh_strategy_cache
@@ -258,8 +273,15 @@ def compare_rows(
 
     machine = _machine()
     machine["load_start"] = _load()
+    shared: tuple[float, float] | None = None
     with device_name(device):
-        measured, warmups = interleave(keys, run, repeat=repeat, warmup=warmup, on_step=on_step, on_done=on_done)
+        if one_build:
+            measured, warmups, shared = _one_build_rows(
+                spec, mesh, keys, repeat=repeat, warmup=warmup, time_limit=time_limit, apply=apply,
+                on_step=on_step, on_done=on_done,
+            )
+        else:
+            measured, warmups = interleave(keys, run, repeat=repeat, warmup=warmup, on_step=on_step, on_done=on_done)
     machine["load_end"] = _load()
     return CompareResult(
         model=model,
@@ -272,7 +294,53 @@ def compare_rows(
             for f, s in keys
         ],
         machine=machine,
+        shared_build=shared,
     )
+
+
+def _one_build_rows(
+    spec: Any,
+    mesh: Any,
+    keys: list[tuple[str, str]],
+    *,
+    repeat: int,
+    warmup: int,
+    time_limit: float | None,
+    apply: bool,
+    on_step: Callable[..., None],
+    on_done: Callable[..., None],
+) -> tuple[dict[Any, list[RunSummary]], dict[Any, list[RunSummary]], tuple[float, float]]:
+    """The lab's rows on one build: each a workbench row, as a :class:`RunSummary`."""
+    from autoparallel.api import AutoParallel
+
+    from ..core._stats import cpu_seconds
+    from ..harness import fresh_strategy_cache
+    from ..workbench import Workbench
+
+    t0, c0 = time.perf_counter(), cpu_seconds()
+    with fresh_strategy_cache(), AutoParallel(spec.model, spec.input_fn, mesh, spec.mp_policy) as autop:
+        autop.add_input_constraints(list(spec.input_placements))
+        if spec.output_placements:
+            autop.add_output_constraints(list(spec.output_placements))
+        if spec.parameter_memory_constraint:
+            autop.add_parameter_memory_constraint()
+        shared = (time.perf_counter() - t0, cpu_seconds() - c0)
+        bench = Workbench(autop, apply=apply)
+
+        def run(key: tuple[str, str]) -> RunSummary:
+            row = bench.run(key[0], key[1], time_limit=time_limit)
+            return RunSummary(
+                model=spec.name, mesh=tuple(mesh.shape), formulation=row.formulation, solver=row.solver,
+                variables=row.variables, constraints=row.constraints, build_s=row.plugin_s, plugin_s=row.plugin_s,
+                solve_s=row.solve_s, apply_s=row.apply_s, objective=row.objective,
+                table_nodes=len(row.table_choices), constrained_nodes=0, redistributes=row.redistributes,
+                audit=row.audit, audit_ok=row.audit_ok, build_cpu_s=row.plugin_cpu_s, solve_cpu_s=row.solve_cpu_s,
+                enter_s=0.0, enter_cpu_s=0.0, plugin_cpu_s=row.plugin_cpu_s, comm_cost=row.comm_cost,
+                rounds=row.rounds, gave_way=row.gave_way, solver_status=row.solver_status,
+            )
+
+        measured, warmups = interleave(keys, run, repeat=repeat, warmup=warmup, on_step=on_step, on_done=on_done)
+    return measured, warmups, shared
 
 
 def ratio_lines(result: CompareResult) -> list[str]:
@@ -333,6 +401,7 @@ def result_payload(result: CompareResult) -> dict[str, Any]:
         "repeat": result.repeat,
         "warmup": result.warmup,
         "machine": result.machine,
+        "shared_build_s": list(result.shared_build) if result.shared_build is not None else None,
         "rows": [row(r) for r in result.rows],
         "ratios": {
             label: {kind: ratio.as_dict() for kind, ratio in pair.items()} for label, pair in result.ratios().items()
@@ -455,6 +524,7 @@ def _compare_command(args: argparse.Namespace) -> int:
         time_limit=args.time_limit,
         device=args.device_name,
         progress=sys.stderr,
+        one_build=args.one_build,
     )
     print(render_compare(result))
     if args.json:
@@ -490,6 +560,10 @@ def add_compare_subcommand(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=1, help="warm-up rounds over every row, discarded (default 1)")
     p.add_argument("--time-limit", type=float, default=None, help="solver time limit per optimize_placement (s)")
     p.add_argument("--device-name", default="H100", help="GPU whose limits the cost model uses (CPU run)")
+    p.add_argument(
+        "--one-build", action="store_true",
+        help="build once and solve every row on that build (the Workbench; restored exactly between rows)",
+    )
     p.add_argument("--json", default=None, help="write every repeat, the spreads and the ratios as JSON to this file")
     p.add_argument("--png", default=None, help="draw times with error bars, ratios and costs to this PNG (matplotlib)")
     p.set_defaults(func=_compare_command)

@@ -8,7 +8,6 @@ subprocess) per phase, so a busy machine shows up as wall > CPU instead of silen
 from __future__ import annotations
 
 import logging
-import resource
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -18,7 +17,9 @@ import torch
 from torch.distributed.tensor.placement_types import Placement, Replicate, Shard
 
 from ..apply._audit import AuditReport, audit
+from ..core._stats import cpu_seconds as _cpu_seconds
 from ..models import SEED_CONFIG, SeedBlock, SeedConfig
+from ..workbench import comm_cost as plan_comm_cost
 
 logger = logging.getLogger(__name__)
 
@@ -26,12 +27,6 @@ __all__ = ["BASELINE", "R", "RunSummary", "render_table", "run_model", "run_seed
 
 BASELINE = "none"
 R = TypeVar("R")
-
-
-def _cpu_seconds() -> float:
-    """CPU seconds of this process (all threads) plus its waited-for children (the CBC binary)."""
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -159,7 +154,7 @@ def run_model(
         solve_cpu = _cpu_seconds() - c2
         objective = float(opt.prob.objective.value())
         creport = constraint_report(autop)
-        comm_cost = _comm_cost(opt, placement) + sum(
+        comm_cost = plan_comm_cost(opt, placement) + sum(
             site.cost for site in (creport.sites if creport else ()) if site.outcome == "repaired"
         )
         outcomes = creport.solves if creport else (hook.outcomes if hook else ())
@@ -207,15 +202,6 @@ def run_model(
     )
     logger.info("%s", summary)
     return summary, report
-
-
-def _comm_cost(opt: Any, placement: dict[torch.fx.Node, Any]) -> float:
-    """The plan's communication cost by autoparallel's own accounting (``_compute_solution_cost``)."""
-    try:
-        return float(opt._compute_solution_cost(opt._to_concrete_solution(placement))["comm"])
-    except Exception as exc:  # noqa: BLE001 - a figure for the lab, never a reason to fail a run
-        logger.warning("comm cost unavailable: %s", exc)
-        return float("nan")
 
 
 def seed_mp_policy() -> Any:

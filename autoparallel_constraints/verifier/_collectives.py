@@ -25,6 +25,7 @@ from ._values import (
     _as_expr,
     _Chunks,
     _concrete,
+    _drop_clamps,
     _Fill,
     _Gathered,
     _Group,
@@ -224,6 +225,8 @@ class _Collectives:
         if start is None or not start.free_symbols & set(self.sym_coords):
             return None
         end = _as_expr(args[3] if len(args) > 3 else None)
+        start = _drop_clamps(start, self.sym_coords, self.sizes)
+        end = _drop_clamps(end, self.sym_coords, self.sizes) if end is not None else None
         if isinstance(x, _Fill):  # this rank's chunk of a constant is the same constant
             val = node.meta["val"]
             return _Fill(_concrete(val.shape), x.value, val.dtype)
@@ -259,6 +262,25 @@ class _Collectives:
                     inferred=fmt_spec(spec), expected=f"R on mesh dim {d}",
                 )
         return self._with(spec, {d: Shard(dim) for d in ordered}, append_to=dim, order=ordered)
+
+    def _stacked_slice(self, args: Any) -> _Stacked | None:
+        """One rank's piece of gathered shards taken by a slice along dim 0 (torch 2.15 reassembles
+        some gathers with ``slice`` per rank where 2.13 splits): the piece, as :meth:`_split` gives
+        it; None for any other slice."""
+        x = args[0]
+        dim = args[1] if len(args) > 1 else 0
+        start = args[2] if len(args) > 2 else None
+        end = args[3] if len(args) > 3 else None
+        step = args[4] if len(args) > 4 else 1
+        if not isinstance(x, _Stacked) or x.piece is not None or dim != 0 or step != 1:
+            return None
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, end)):
+            return None
+        size = self._local_shape(x.spec)[0]
+        count = _prod(self.sizes[d] for d in x.dims)
+        if size < 1 or start % size or end - start != size or not 0 <= start // size < count:
+            return None
+        return _Stacked(x.spec, x.dims, piece=start // size)
 
     def _split(self, node: torch.fx.Node, args: Any) -> Any:
         x = args[0]

@@ -25,6 +25,16 @@ def _shard_order(spec: Any, tdim: int) -> list[int]:
     return [m for m, p in enumerate(spec.placements) if _sharded_dim(p) == tdim]
 
 
+def _in_default_order(spec: Any) -> Any:
+    """``spec`` with each tensor dim's mesh dims in DTensor's default (ascending) order; ``spec``
+    itself where it already is."""
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec
+
+    if not any(list(e.mesh_dims) != sorted(e.mesh_dims) for e in getattr(spec, "shard_order", None) or ()):
+        return spec
+    return DTensorSpec(spec.mesh, spec.placements, tensor_meta=spec.tensor_meta)
+
+
 def _updated_order(spec: Any, changes: dict[int, Placement], append_to: int | None, order: Sequence[int] | None) -> Any:
     from torch.distributed.tensor._dtensor_spec import ShardOrderEntry
 

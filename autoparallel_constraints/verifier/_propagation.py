@@ -17,7 +17,7 @@ from torch.distributed.tensor.placement_types import Partial, Placement, Replica
 from torch.utils._pytree import tree_flatten, tree_map
 
 from ..core._placements import fmt_spec
-from ._orders import _carry_shard_order, _global_shim, _updated_order
+from ._orders import _carry_shard_order, _global_shim, _in_default_order, _updated_order
 from ._report import GraphViolation
 from ._values import (
     _CASTS,
@@ -284,6 +284,10 @@ class _Propagation:
             return self._replicated_only(node, schema)
         want = out.redistribute_schema
         if want is not None and _specs_differ(schema.args_spec, want.args_spec):
+            plain = self._propagate_in_default_order(schema)
+            if plain is not None:
+                out, want = plain, None
+        if want is not None and _specs_differ(schema.args_spec, want.args_spec):
             # (a redistribute schema with the same specs only localizes size arguments, e.g. view)
             logger.debug("hidden redistribution at %s: %s -> %s", node.name, schema, want)
             inferred = ", ".join(fmt_spec(s) for s in schema.args_spec)
@@ -307,6 +311,27 @@ class _Propagation:
         if isinstance(val, torch.Tensor):
             self._check_local_val(node, result, val)
         return result
+
+    def _propagate_in_default_order(self, schema: Any) -> Any:
+        """DTensor's output sharding for ``schema`` with every input in the default shard order, or
+        None where that changes nothing or still needs a redistribution.
+
+        torch >= 2.14 asks to redistribute an input whose tensor dim is sharded by several mesh
+        dims in reversed order (2.13 matched its placements, e.g. for a sum over another dim); a
+        local op computes the same on either block layout, and :func:`_carry_shard_order` gives
+        the output the inputs' order back."""
+        from torch.distributed.tensor._op_schema import OpSchema
+
+        args = tree_map(lambda a: _in_default_order(a) if _is_spec(a) else a, schema.args_schema)
+        if all(a is b for a, b in zip(tree_flatten(args)[0], tree_flatten(schema.args_schema)[0])):
+            return None
+        plain = OpSchema(schema.op, tuple(args), schema.kwargs_schema, schema_info=schema.schema_info)
+        try:
+            out = self.propagator.propagate_op_sharding(plain)
+        except NotImplementedError:
+            return None
+        want = out.redistribute_schema
+        return out if want is None or not _specs_differ(plain.args_spec, want.args_spec) else None
 
     def _replicated_only(self, node: torch.fx.Node, schema: Any) -> Any:
         """An op DTensor has no rule for (autoparallel falls back to all-Replicate): replicated

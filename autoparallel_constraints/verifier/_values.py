@@ -308,6 +308,12 @@ def _scalar_value(node: torch.fx.Node, args: Any) -> Any:
         isinstance(a, (int, float, sympy.Expr)) and not isinstance(a, bool) for a in args
     ):
         return node.target(*args)  # ints, or expressions of rank coordinates (see _rank_slice)
+    clamp = {torch.sym_min: (min, sympy.Min), torch.sym_max: (max, sympy.Max)}.get(node.target)
+    if clamp is not None and len(args) == 2 and all(
+        isinstance(a, (int, sympy.Expr)) and not isinstance(a, bool) for a in args
+    ):
+        # torch >= 2.15 clamps a rank's chunk bounds: sym_min(chunk * coord, size) (see _drop_clamps)
+        return clamp[0](args) if all(isinstance(a, int) for a in args) else clamp[1](*args)
     val = node.meta.get("val")
     if isinstance(val, (bool, int, float)):
         return val
@@ -329,6 +335,40 @@ def _as_expr(value: Any) -> Any:
     if isinstance(value, sympy.Expr):
         return value
     return None
+
+
+def _drop_clamps(expr: Any, coords: dict[Any, int], sizes: Sequence[int]) -> Any:
+    """``expr`` with each ``Min``/``Max`` of terms linear in rank coordinates replaced by the
+    argument that is the least/greatest on every rank (coordinate of mesh dim ``d`` in
+    ``0..sizes[d] - 1``). torch >= 2.15 traces a rank's chunk bounds clamped to the dim size,
+    ``sym_min(chunk * coord, size)``, which an even split never reaches; a clamp that some rank
+    reaches (an uneven split) stays, and so does anything not linear."""
+    import sympy
+
+    def span(e: Any) -> tuple[int, int] | None:
+        terms = _linear_terms(e, coords)
+        if terms is None:
+            return None
+        coefs, const = terms
+        reach = [c * (sizes[d] - 1) for d, c in coefs.items()]
+        return const + sum(min(0, r) for r in reach), const + sum(max(0, r) for r in reach)
+
+    def resolve(e: Any) -> Any:
+        if not e.args:
+            return e
+        args = [resolve(a) for a in e.args]
+        if isinstance(e, (sympy.Min, sympy.Max)):
+            spans = [span(a) for a in args]
+            if all(s is not None for s in spans):
+                for i, (a, s) in enumerate(zip(args, spans)):
+                    others = [t for j, t in enumerate(spans) if j != i]
+                    if isinstance(e, sympy.Min) and all(s[1] <= t[0] for t in others):
+                        return a
+                    if isinstance(e, sympy.Max) and all(s[0] >= t[1] for t in others):
+                        return a
+        return e.func(*args)
+
+    return resolve(expr)
 
 
 def _linear_terms(expr: Any, coords: dict[Any, int]) -> tuple[dict[int, int], int] | None:

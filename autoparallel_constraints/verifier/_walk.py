@@ -292,7 +292,9 @@ class _Verifier(_Collectives, _Views, _Propagation):
         if target in _FACTORY or target in _NEW_FACTORY:
             return self._factory(node, args, kwargs)
         if target is aten.slice.Tensor:
-            sliced = self._rank_slice(node, args)
+            sliced = self._stacked_slice(args)
+            if sliced is None:
+                sliced = self._rank_slice(node, args)
             if sliced is not None:
                 return sliced
         if target in _SPLITS:

@@ -14,20 +14,29 @@ machine hits the rows alike. Then:
 
 from __future__ import annotations
 
+import resource
 import statistics
+import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
 from ..errors import InvalidOptionError
 
-__all__ = ["Ratio", "Spread", "interleave", "paired_ratio", "round_order"]
+__all__ = ["Ratio", "Spread", "cpu_seconds", "interleave", "paired_ratio", "round_order"]
 
 K = TypeVar("K", bound=Hashable)
 T = TypeVar("T")
 
 WITHIN_NOISE = "within noise"
 NO_SPREAD = "one repeat, no spread"
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process (all threads) plus its waited-for children (the CBC binary):
+    beside wall seconds, so a busy machine shows up as wall > CPU instead of skewing a ratio."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 @dataclass(frozen=True, slots=True)
