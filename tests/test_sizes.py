@@ -12,10 +12,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from _upstream import AP_CAT_BASELINE_SIZE_MISMATCH
 from torch.distributed.tensor.placement_types import Replicate, Shard
 
 import autoparallel_constraints as apc
-from _upstream import AP_CAT_BASELINE_SIZE_MISMATCH
 from autoparallel_constraints.harness._fuzz import FuzzModel, ModelSpec, Step
 from autoparallel_constraints.plan._sizes import (
     SizeCoupling,
