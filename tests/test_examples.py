@@ -16,9 +16,10 @@ import pytest
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 MODULES = {"prune.py"}  # imported by the others and by the conformance tests, not run
 SCRIPTS = sorted(p.name for p in EXAMPLES.glob("*.py") if p.name not in MODULES)
-# on demand: the lab's compare, 16 build+solve runs (133 s in the full tier); tests/test_lab.py
-# runs the same `compare` path in the full tier
-ONDEMAND = {"compare_formulations.py"}
+# on demand: the lab's compare, 16 build+solve runs (133 s in the full tier; tests/test_lab.py
+# runs the same `compare` path), and custom_formulation.py, which runs the conformance kit on
+# examples/prune.py (79 s; tests/test_conformance.py::TestPruneConformance runs that kit on it)
+ONDEMAND = {"compare_formulations.py", "custom_formulation.py"}
 
 
 def test_every_example_says_what_it_shows():

@@ -370,7 +370,7 @@ def test_a_batch_of_one_per_rank_moves_into_the_rows(w_placements, ok):
         assert [v.kind for v in report.violations] == ["output_mismatch"], str(report)
 
 
-@pytest.mark.full
+@pytest.mark.ondemand  # 76 s; static graphs are proven in the default tier on the seed block
 def test_static_graph_on_a_square_mesh_is_proven():
     """The graph the public apply_placement builds on 2x2 (rank 0's coordinates (0, 0), so a
     constant chunk 0 of 2 is either mesh dim's shard): each reading is kept until an op decides,
