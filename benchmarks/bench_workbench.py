@@ -44,8 +44,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))  # prune:Prune
 
-    from autoparallel.api import AutoParallel
-
     import autoparallel_constraints as apc
     from autoparallel_constraints.core._stats import cpu_seconds, paired_ratio
     from autoparallel_constraints.lab import lab_model
@@ -57,23 +55,12 @@ def main(argv: list[str] | None = None) -> int:
     spec = lab_model("llama3", shape, size=args.size, layers=args.layers, dim=args.dim)
     mesh = cpu_mesh(shape, spec.mesh_dim_names)
 
-    def built() -> Any:
-        autop = AutoParallel(spec.model, spec.input_fn, mesh, spec.mp_policy)
-        return autop
-
-    def constrain(autop: Any) -> None:
-        autop.add_input_constraints(list(spec.input_placements))
-        if spec.output_placements:
-            autop.add_output_constraints(list(spec.output_placements))
-        if spec.parameter_memory_constraint:
-            autop.add_parameter_memory_constraint()
-
     def separate() -> dict[str, Any]:
         out: dict[str, Any] = {}
         for row in rows:
             t0 = time.perf_counter()
-            with fresh_strategy_cache(), built() as autop:
-                constrain(autop)
+            with fresh_strategy_cache(), spec.enter(mesh) as autop:
+                spec.constrain(autop)
                 if row == "none":
                     apc.use_solver(autop, args.solver)
                 else:
@@ -90,8 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     def workbench() -> dict[str, Any]:
         out: dict[str, Any] = {}
         t0 = time.perf_counter()
-        with fresh_strategy_cache(), built() as autop:
-            constrain(autop)
+        with fresh_strategy_cache(), spec.enter(mesh) as autop:
+            spec.constrain(autop)
             print(f"  workbench build: {time.perf_counter() - t0:.1f} s", flush=True)
             bench = apc.Workbench(autop, apply=False)
             for row in rows:

@@ -237,27 +237,14 @@ def test_every_formulation_equals_an_independent_build(model):
     rows = [("none", "cbc"), ("strict", "cbc"), ("explicit", "cbc"), ("lazy", "cbc"), ("explicit", "highs-lp")]
     spec = lab_model(model, (2, 2), size="tiny")
     mesh = cpu_mesh((2, 2), spec.mesh_dim_names)
-    from autoparallel.api import AutoParallel
-
-    def entered() -> Any:
-        autop = AutoParallel(spec.model, spec.input_fn, mesh, spec.mp_policy)
-        return autop
-
-    def setup(autop: Any) -> None:
-        autop.add_input_constraints(list(spec.input_placements))
-        if spec.output_placements:
-            autop.add_output_constraints(list(spec.output_placements))
-        if spec.parameter_memory_constraint:
-            autop.add_parameter_memory_constraint()
-
     with device_name():
-        with fresh_strategy_cache(), entered() as autop:
-            setup(autop)
+        with fresh_strategy_cache(), spec.enter(mesh) as autop:
+            spec.constrain(autop)
             bench = Workbench(autop, apply=False, check_restore=True)
             shared = [bench.run(f, s) for f, s in rows]
         for (f, s), row in zip(rows, shared):
-            with fresh_strategy_cache(), entered() as autop:
-                setup(autop)
+            with fresh_strategy_cache(), spec.enter(mesh) as autop:
+                spec.constrain(autop)
                 if f == "none":
                     apc.use_solver(autop, s) if s != "cbc" else None
                 else:

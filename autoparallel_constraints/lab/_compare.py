@@ -311,19 +311,13 @@ def _one_build_rows(
     on_done: Callable[..., None],
 ) -> tuple[dict[Any, list[RunSummary]], dict[Any, list[RunSummary]], tuple[float, float]]:
     """The lab's rows on one build: each a workbench row, as a :class:`RunSummary`."""
-    from autoparallel.api import AutoParallel
-
     from ..core._stats import cpu_seconds
     from ..harness import fresh_strategy_cache
     from ..workbench import Workbench
 
     t0, c0 = time.perf_counter(), cpu_seconds()
-    with fresh_strategy_cache(), AutoParallel(spec.model, spec.input_fn, mesh, spec.mp_policy) as autop:
-        autop.add_input_constraints(list(spec.input_placements))
-        if spec.output_placements:
-            autop.add_output_constraints(list(spec.output_placements))
-        if spec.parameter_memory_constraint:
-            autop.add_parameter_memory_constraint()
+    with fresh_strategy_cache(), spec.enter(mesh) as autop:
+        spec.constrain(autop)
         shared = (time.perf_counter() - t0, cpu_seconds() - c0)
         bench = Workbench(autop, apply=apply)
 

@@ -38,6 +38,20 @@ class LabModel:
     parameter_memory_constraint: bool = False
     mesh_dim_names: tuple[str, ...] | None = None
 
+    def enter(self, mesh: Any) -> Any:
+        """An ``AutoParallel`` of this model on ``mesh`` (use as ``with spec.enter(mesh) as autop``)."""
+        from autoparallel.api import AutoParallel
+
+        return AutoParallel(self.model, self.input_fn, mesh, self.mp_policy)
+
+    def constrain(self, autop: Any) -> None:
+        """The lab's user constraints on an entered ``autop``: inputs, outputs, parameter memory."""
+        autop.add_input_constraints(list(self.input_placements))
+        if self.output_placements:
+            autop.add_output_constraints(list(self.output_placements))
+        if self.parameter_memory_constraint:
+            autop.add_parameter_memory_constraint()
+
 
 def _seed_model(mesh_shape: tuple[int, ...], *, size: str, layers: int | None, dim: int | None) -> LabModel:
     config = SEED_CONFIG if size == "full" else SeedConfig(num_heads=10, head_dim=16, batch=8, seq=16)
@@ -118,7 +132,10 @@ def _falcon_model(mesh_shape: tuple[int, ...], *, size: str, layers: int | None,
 
     Full size: 1 layer, hidden 4544 (71 heads x 64, multi-query), vocab 65024, batch 2 x mesh[0],
     seq 2048 — the model of upstream #348. ``tiny``: hidden 128 (8 heads x 16), vocab 256, seq 32.
-    Needs ``transformers``.
+    Eager attention, as the zoo and the real-model tests: with transformers' default (sdpa) the
+    traced ``_scaled_dot_product_flash_attention_for_cpu`` makes autoparallel's cost model assert
+    while it builds (``compute_estimation._shard_args_for_node``; transformers 5.25, with or
+    without the plugin). Needs ``transformers``.
     """
     try:
         from transformers import FalconConfig, FalconForCausalLM
@@ -137,6 +154,7 @@ def _falcon_model(mesh_shape: tuple[int, ...], *, size: str, layers: int | None,
         use_cache=False,
     )
     batch = 2 * mesh_shape[0]
+    config._attn_implementation = "eager"
     with torch.device("meta"):
         model = _CausalLMLogits(FalconForCausalLM(config))
     first = (Shard(0),) + (Replicate(),) * (len(mesh_shape) - 1)
