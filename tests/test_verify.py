@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import torch
-from torch.distributed.tensor.placement_types import Replicate, Shard
+from torch.distributed.tensor.placement_types import Partial, Replicate, Shard
 
 import autoparallel_constraints as apc
 from autoparallel_constraints.apply import _materialize
@@ -296,7 +296,6 @@ def test_flatten_of_two_sharded_dims_into_a_contraction(b_placements, verdict):
     (``[48, 8(S), 8(S), 1] -> [1, 48, 64]``, as in seed_swapped 2x2, once unproven): DTensor's view
     rule refuses it, yet contracting two operands of the same blocks is exact and Partial on both
     mesh dims; operands whose blocks differ are a violation."""
-    from torch.distributed.tensor.placement_types import Partial
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from autoparallel_constraints.verifier._walk import verify_graph
@@ -414,6 +413,57 @@ def test_a_reassembly_of_a_tensor_no_gather_stacked_is_not_proven():
     assert report.unproven_outputs and "not gathered" in report.unproven_outputs[0]
 
 
+_EMBEDDING_BACKWARD_CASES = {
+    # name: (grad_output, indices, weight gradient as the contract says, verdict)
+    "batch": ((Shard(0), Replicate()), (Shard(0), Replicate()), (Partial(), Replicate()), "clean"),
+    "columns": ((Replicate(), Shard(2)), (Replicate(), Replicate()), (Replicate(), Shard(1)), "clean"),
+    "partial": ((Partial(), Replicate()), (Replicate(), Replicate()), (Partial(), Replicate()), "clean"),
+    "indices-on-other-mesh-dim": ((Shard(0), Replicate()), (Replicate(), Shard(0)), (Partial(), Replicate()), "hidden_redistribution"),
+    "partial-called-replicate": ((Shard(0), Replicate()), (Shard(0), Replicate()), (Replicate(), Replicate()), "output_mismatch"),
+}
+
+
+@pytest.mark.parametrize("case", list(_EMBEDDING_BACKWARD_CASES))
+def test_the_embedding_backward_decomposition_is_proven(case):
+    """The parallel graph holds ``embedding_dense_backward`` decomposed
+    (``_unsafe_masked_index_put_accumulate`` into a zero fill, masked by the indices), which DTensor
+    has no rule for: on llama3 8x8 it was the one unknown op and the embedding's gradient the one
+    unproven output. Read as DTensor's rule for the op it came from, each of that rule's strategies
+    is proven, an indices/values pair on different mesh dims is a violation, and the Partial it
+    gives is not mistaken for a Replicate. (Rests on torch._decomp's decomposition of the op, as
+    autoparallel's parallel graph is traced with the inductor table.)"""
+    from torch._inductor.decomposition import select_decomp_table
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from autoparallel_constraints.verifier._walk import verify_graph
+
+    grad_p, index_p, out_p, verdict = _EMBEDDING_BACKWARD_CASES[case]
+    mesh = cpu_mesh((2, 2))
+    vocab, batch, seq, dim = 32, 4, 8, 16
+
+    def local(shape: tuple[int, ...], placements: tuple[Any, ...]) -> list[int]:
+        out = list(shape)
+        for p in placements:
+            if isinstance(p, Shard):
+                out[p.dim] //= 2
+        return out
+
+    gm = make_fx(
+        lambda g, i: torch.ops.aten.embedding_dense_backward(g, i, vocab, -1, False),
+        decomposition_table=select_decomp_table(), tracing_mode="fake",
+    )(torch.empty(local((batch, seq, dim), grad_p)), torch.zeros(local((batch, seq), index_p), dtype=torch.int64))
+    assert any(n.target is torch.ops.aten._unsafe_masked_index_put_accumulate.default for n in gm.graph.nodes)
+    indices = _spec(mesh, (batch, seq), index_p)
+    report = verify_graph(gm, mesh, [_spec(mesh, (batch, seq, dim), grad_p), indices],
+                          [("grad_weight", _spec(mesh, (vocab, dim), out_p))])
+    assert [v.kind for v in report.violations] == ([] if verdict == "clean" else [verdict]), str(report)
+    assert report.ok is (verdict == "clean")
+    if verdict == "hidden_redistribution":
+        assert "embedding backward" in report.violations[0].reason, str(report)
+    else:
+        assert report.n_unknown == 0 and not report.unproven_outputs, str(report)
+
+
 def test_even_local_shapes_are_dtensors_on_every_rank():
     """The verifier's local shapes skip DTensor's per-rank chunking (for a strided shard it chunks
     an arange of the whole dim: nine tenths of the verifier's time on llama3 8x8) when every
@@ -422,7 +472,7 @@ def test_even_local_shapes_are_dtensors_on_every_rank():
     import itertools
 
     from torch.distributed.tensor._utils import _compute_local_shape_and_global_offset
-    from torch.distributed.tensor.placement_types import Partial, _StridedShard
+    from torch.distributed.tensor.placement_types import _StridedShard
 
     from autoparallel_constraints.verifier._values import _even_local_shape
 
@@ -493,7 +543,6 @@ def test_a_sum_over_replicated_dims_must_be_divided_back(op, source, divisor, ta
     DTensor's ``Replicate -> Partial("sum")`` (``v / n`` over mesh dims of size n: qwen2_moe's
     graphs); one neither explains is a violation, and without its sum it leaves a Partial the
     contract refuses (the mutant that drops the sum). The model's own divisions are its own."""
-    from torch.distributed.tensor.placement_types import Partial
 
     from autoparallel_constraints.verifier._walk import verify_graph
 

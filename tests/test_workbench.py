@@ -233,7 +233,8 @@ def test_bad_use_fails_before_anything_changes():
 )
 def test_every_formulation_equals_an_independent_build(model):
     """none, strict, explicit, lazy on CBC and explicit on highs-lp, on one build: each row's
-    objective and every node's strategy equal an independent build's."""
+    objective and every node's strategy equal an independent build's; a highs-lp row records its
+    LP relaxation's verdict (CBC rows none)."""
     rows = [("none", "cbc"), ("strict", "cbc"), ("explicit", "cbc"), ("lazy", "cbc"), ("explicit", "highs-lp")]
     spec = lab_model(model, (2, 2), size="tiny")
     mesh = cpu_mesh((2, 2), spec.mesh_dim_names)
@@ -253,3 +254,4 @@ def test_every_formulation_equals_an_independent_build(model):
                 objective = float(autop.sharding_optimizer.prob.objective.value())
             assert row.objective == pytest.approx(objective, rel=1e-9, abs=1e-9), (f, s)
             assert row.choices == plan_choices(placement), (f, s)
+            assert (row.relaxation is not None) is (s == "highs-lp"), (f, s, row.relaxation)

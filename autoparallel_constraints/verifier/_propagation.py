@@ -237,6 +237,9 @@ class _Propagation:
             return _Unknown("fill-only op")
         if node.target in _VIEW_SHAPE_ARG:
             return self._view(node, args, kwargs)
+        decomposed = self._decomposed(node, args, kwargs)
+        if decomposed is not NotImplemented:
+            return decomposed
         if fills:
             return self._with_fills(node, args, kwargs, fills, dists)
         return self._propagate(node, args, kwargs)

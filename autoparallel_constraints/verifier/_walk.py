@@ -23,6 +23,7 @@ from ..core._placements import fmt_spec
 from ..core._tags import TAG
 from ..errors import AuditError
 from ._collectives import _Collectives
+from ._decomposed import _Decomposed
 from ._mesh import _group_names, _mesh_dims_of
 from ._orders import _as_shard_order
 from ._propagation import _dtensor_memos, _Propagation
@@ -111,7 +112,7 @@ def verify_graph(
     return report
 
 
-class _Verifier(_Collectives, _Views, _Propagation):
+class _Verifier(_Collectives, _Views, _Decomposed, _Propagation):
     def __init__(
         self,
         gm: torch.fx.GraphModule,

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..apply._audit import audit
@@ -76,6 +76,7 @@ class WorkbenchRow:
     rounds: int
     gave_way: int
     solver_status: str
+    relaxation: str | None = None  # highs-lp: "integral", or "fractional (N columns)" when the MIP ran
     redistributes: int = 0  # plugin redistributions in the applied graph
     apply_s: float = 0.0
     audit: str = "not applied"
@@ -280,6 +281,7 @@ class Workbench:
             rounds=max(len(plans), 1),
             gave_way=len(creport.gave_way) if creport else 0,
             solver_status=plans[-1].describe() if plans else "autoparallel's CBC",
+            relaxation=_relaxation(plans),
             choices=choices,
             table_choices={k: v for k, v in choices.items() if k in table_nodes},
         )
@@ -321,7 +323,11 @@ def _formulation_name(formulation: str | Formulation | None) -> str:
     return make_formulation(formulation).name if not isinstance(formulation, Formulation) else formulation.name
 
 
-def _replace(row: WorkbenchRow, **changes: Any) -> WorkbenchRow:
-    import dataclasses
+def _relaxation(plans: Sequence[Any]) -> str | None:
+    """The LP relaxation's verdict over a row's solves: the first fractional one, else integral."""
+    verdicts = [o.relaxation for o in plans if o.relaxation is not None]
+    return next((v for v in verdicts if v != "integral"), verdicts[0] if verdicts else None)
 
-    return dataclasses.replace(row, **changes)
+
+def _replace(row: WorkbenchRow, **changes: Any) -> WorkbenchRow:
+    return replace(row, **changes)
