@@ -264,16 +264,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         return _worker(args)
 
+    from autoparallel_constraints.core._stats import Ratio, Spread, interleave, paired_ratio
     from autoparallel_constraints.lab import (
-        BASELINE,
         CompareResult,
         RowRuns,
         RunSummary,
-        _load,
         render_compare,
         result_payload,
     )
-    from autoparallel_constraints.core._stats import Ratio, Spread, interleave, paired_ratio
+    from autoparallel_constraints.lab._compare import _load
+    from autoparallel_constraints.lab._runs import BASELINE
 
     rows = [tuple(r.split("/")) for r in args.rows.split(",") if r]
     if args.profile:

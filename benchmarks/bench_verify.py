@@ -6,7 +6,7 @@ Run on demand (not part of the test suite)::
     python benchmarks/bench_verify.py --model llama3 --mesh 8x8 --layers 2 --dim 4096 --repeat 3
 
 Each round builds the model with ``AutoParallel`` (``__enter__`` timed: autoparallel's build), adds
-the plugin with its defaults but ``verify="off"``, solves, applies, and then times ``apc.verify`` on
+the plugin with its defaults (``--formulation`` aside) but ``verify="off"``, solves, applies, and then times ``apc.verify`` on
 the parallel graph ``apply_placement`` built. CPU seconds of this process (the verifier runs no
 subprocess). One warm-up round (discarded), then ``--repeat`` rounds; printed: the medians and
 min–max of both, the paired ratio verify / build (target <= 0.10), the verifier's verdict and its
@@ -26,7 +26,9 @@ def _cpu() -> float:
     return time.process_time()
 
 
-def one_round(model: str, mesh_shape: tuple[int, ...], layers: int | None, dim: int | None) -> dict[str, Any]:
+def one_round(
+    model: str, mesh_shape: tuple[int, ...], layers: int | None, dim: int | None, formulation: str = "explicit"
+) -> dict[str, Any]:
     from autoparallel.api import AutoParallel
 
     import autoparallel_constraints as apc
@@ -45,7 +47,7 @@ def one_round(model: str, mesh_shape: tuple[int, ...], layers: int | None, dim: 
                 autop.add_output_constraints(list(lab.output_placements))
             if lab.parameter_memory_constraint:
                 autop.add_parameter_memory_constraint()
-            autop.add_op_constraints(verify="off")
+            autop.add_op_constraints(formulation=formulation, verify="off")
             placement = autop.optimize_placement()
             autop.apply_placement(placement)
             c1 = _cpu()
@@ -57,6 +59,7 @@ def one_round(model: str, mesh_shape: tuple[int, ...], layers: int | None, dim: 
         "verdict": report.verdict,
         "proven": report.n_proven,
         "unknown": report.n_unknown,
+        "unproven_outputs": list(report.unproven_outputs),
         "unknown_by_op": report.unknown,
         "unknown_reasons": dict(list(report.unknown_reasons.items())[:20]),
         "nodes": report.nodes,
@@ -71,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dim", type=int, default=None)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--formulation", default="explicit", help="the default call's (explicit), or strict, ...")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
 
@@ -85,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
               f"verify {result['verify_cpu_s']:.2f} s, {result['verdict']}, {result['unknown']} unknown", flush=True)
 
     measured, _ = interleave(
-        ["run"], lambda _row: one_round(args.model, mesh_shape, args.layers, args.dim),
+        ["run"], lambda _row: one_round(args.model, mesh_shape, args.layers, args.dim, args.formulation),
         repeat=args.repeat, warmup=args.warmup, on_done=progress,
     )
     rounds = measured["run"]
@@ -93,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     verify = [r["verify_cpu_s"] for r in rounds]
     ratio = paired_ratio(verify, build)
     last = rounds[-1]
-    print(f"\n{args.model} {args.mesh}" + (f" layers {args.layers}" if args.layers else "") + (f" dim {args.dim}" if args.dim else ""))
+    print(f"\n{args.model} {args.mesh}" + (f" layers {args.layers}" if args.layers else "") + (f" dim {args.dim}" if args.dim else "")
+          + f", add_op_constraints(formulation={args.formulation!r}) with the other defaults")
     print(f"  autoparallel build (CPU s): {Spread.of(build).format()}")
     print(f"  apc.verify        (CPU s): {Spread.of(verify).format()}")
     print(f"  verify / build           : {ratio.spread.format('.3f')}  target <= 0.10  "
@@ -102,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
           + (f": {last['unknown_by_op']}" if last["unknown"] else ""))
     for node, why in last["unknown_reasons"].items():
         print(f"    {node}: {why}")
+    print(f"  outputs unproven: {len(last['unproven_outputs'])}" + "".join(f"\n    {o}" for o in last["unproven_outputs"]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "rounds": rounds, "ratio": ratio.as_dict()}, f, indent=1)

@@ -232,16 +232,17 @@ def test_demo_time_section_reports_paired_ratios_with_spread(demo):
     proc, payload = demo
     cost = payload["cost"]
     assert cost["repeat"] == 2 and cost["warmup"] == 1
-    assert [r["label"] for r in cost["rows"]] == ["none/cbc", "explicit/cbc"]
+    # autoparallel alone on its own solver against the default call (explicit on highs-lp)
+    assert [r["label"] for r in cost["rows"]] == ["none/cbc", "explicit/highs-lp"]
     for row in cost["rows"]:
         assert len(row["samples"]) == 2 and len(row["warmups"]) == 1
         assert row["build_solve_s"]["samples"] == [s["build_s"] + s["solve_s"] for s in row["samples"]]
     base, plugin = cost["rows"]
-    wall = cost["ratios"]["explicit/cbc"]["wall"]
+    wall = cost["ratios"]["explicit/highs-lp"]["wall"]
     pairs = [a / b for a, b in zip(plugin["build_solve_s"]["samples"], base["build_solve_s"]["samples"])]
     assert wall["samples"] == pytest.approx(pairs)
     assert wall["within_noise"] == (min(pairs) <= 1.0 <= max(pairs))
     text = _section(proc.stdout, 4)
     assert "median [min-max] of 2 interleaved repeats per row after 1 warm-up round (discarded)" in text
-    line = next(line for line in text.splitlines() if "explicit/cbc / none/cbc build+solve" in line)
+    line = next(line for line in text.splitlines() if "explicit/highs-lp / none/cbc build+solve" in line)
     assert f"wall {wall['median']:.3f}x [{min(pairs):.3f}–{max(pairs):.3f}] {wall['verdict']}" in line

@@ -194,6 +194,34 @@ def test_highs_lp_accepts_an_integral_relaxation_as_optimal():
     assert outcome.objective == pytest.approx(pulp.value(cbc.objective), rel=1e-9)
 
 
+def test_the_default_solver_is_highs_lp_and_quiet():
+    """add_op_constraints' default is highs-lp; in a fresh process (HiGHS's banner comes once per
+    process, from highspy's constructor, before any option), a highs-lp solve with msg off prints
+    nothing to stdout, and with msg on HiGHS's log reaches it (the check can fail)."""
+    import inspect
+    import subprocess
+    import sys
+
+    assert inspect.signature(apc.add_op_constraints).parameters["solver"].default == "highs-lp"
+    assert _solvers.DEFAULT_SOLVER == "highs-lp" and SolverConfig().name == "highs-lp"
+    code = (
+        "import types, pulp\n"
+        "from autoparallel_constraints.plan._solvers import SolverConfig, install\n"
+        "prob = pulp.LpProblem('p', pulp.LpMinimize)\n"
+        "x = {i: pulp.LpVariable(f'x_{i}', cat=pulp.LpBinary) for i in range(2)}\n"
+        "prob += x[0] + x[1] >= 1, 'one'\n"
+        "prob += x[0] + 2 * x[1]\n"
+        "install(types.SimpleNamespace(prob=prob, pulp_variables=x), SolverConfig(name='highs-lp', msg=MSG))\n"
+        "prob.solve()\n"
+        "print('objective', pulp.value(prob.objective))\n"
+    )
+    for msg in (False, True):
+        out = subprocess.run([sys.executable, "-c", code.replace("MSG", str(msg))], capture_output=True, text=True,
+                             check=True).stdout
+        assert out.endswith("objective 1.0\n"), out
+        assert ("HiGHS" in out) is msg, out
+
+
 @pytest.mark.full
 def test_highs_lp_gives_cbcs_objective_on_the_seed_block_and_llama3(make_mesh):
     """highs-lp against CBC: the seed block (small, 2x4) alone and with strict, and llama3_small

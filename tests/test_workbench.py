@@ -9,7 +9,8 @@
   or a broken formulation) leaves it as built too;
 * every row's objective and chosen strategy of every node equal an independent build's with the
   same formulation and solver (full tier: autoparallel alone and ``explicit`` on the forced case,
-  five rows on the seed block; on demand: llama3 and HF Falcon);
+  five rows on the seed block, three rows on each of three fuzz draws, one per mesh; on demand:
+  llama3 and HF Falcon);
 * bad use fails before anything changes. (``compare --one-build``: tests/test_lab.py.)
 """
 
@@ -138,6 +139,7 @@ class _Broken(Formulation):
 
 
 def _independent(formulation: str) -> tuple[float, dict[str, str]]:
+    """An independent build: autoparallel alone on its CBC, or the formulation on the default solver."""
     with _forced_seed() as autop:
         if formulation != "none":
             autop.add_op_constraints(formulation=formulation, verify="off")
@@ -154,7 +156,7 @@ def forced() -> dict[str, Any]:
         built = problem_fingerprint(autop.sharding_optimizer)
         bench = Workbench(autop, check_restore=True)
         out["explicit"] = bench.run("explicit")
-        out["none"] = bench.run("none")
+        out["none"] = bench.run("none", "cbc")  # autoparallel alone, as a user runs it
         with pytest.raises(FormulationError, match="broken on purpose") as info:
             bench.run(_Broken())
         out["broken"] = info.value
@@ -252,6 +254,69 @@ def test_every_formulation_equals_an_independent_build(model):
                     autop.add_op_constraints(formulation=f, solver=s, verify="off")
                 placement = autop.optimize_placement()
                 objective = float(autop.sharding_optimizer.prob.objective.value())
+                variables = len(autop.sharding_optimizer.prob.variables())
             assert row.objective == pytest.approx(objective, rel=1e-9, abs=1e-9), (f, s)
+            assert row.variables == variables, (f, s)
             assert row.choices == plan_choices(placement), (f, s)
             assert (row.relaxation is not None) is (s == "highs-lp"), (f, s, row.relaxation)
+
+
+# ---------------------------------------------------------------------------------------------
+# Independent builds on the fuzz generator's models
+
+# autoparallel alone on its CBC, and the default call's and strict's solver rows
+FUZZ_ROWS = (("none", "cbc"), ("explicit", "highs-lp"), ("strict", "cbc"))
+
+
+def _fuzz_draws() -> list[Any]:
+    """The fuzz generator's first derandomized draw on each mesh (tests/test_fuzz.py's strategy)."""
+    from hypothesis import given, settings
+    from test_fuzz import MESHES, model_specs
+
+    found: dict[tuple[int, ...], Any] = {}
+
+    @settings(max_examples=60, derandomize=True, database=None, deadline=None)
+    @given(model_specs())
+    def draw(spec: Any) -> None:
+        found.setdefault(spec.mesh, spec)
+
+    draw()
+    assert set(found) == set(MESHES), found
+    return [found[m] for m in MESHES]
+
+
+@contextlib.contextmanager
+def _fuzz_entered(spec: Any) -> Iterator[Any]:
+    from autoparallel.api import AutoParallel
+
+    from autoparallel_constraints.harness._fuzz import FuzzModel
+
+    pins = [tuple(Replicate() if p == "R" else Shard(int(p[1:])) for p in spec.input_placements)]
+    with torch.device("meta"):
+        model = FuzzModel(spec)
+    with fresh_strategy_cache(), AutoParallel(
+        model, lambda: torch.empty(spec.batch, spec.seq, spec.hidden), cpu_mesh(spec.mesh), dynamic=True
+    ) as autop:
+        autop.add_input_constraints(pins)
+        autop.add_output_constraints(pins if spec.pin_output else [None])
+        yield autop
+
+
+@pytest.mark.full
+def test_rows_equal_independent_builds_on_the_fuzz_sample():
+    """On a fuzz draw per mesh ((2,), (2, 2), (2, 4)): autoparallel alone on CBC, explicit on
+    highs-lp and strict on CBC, on one build, each equal to an independent build in objective and
+    every node's strategy, the problem fingerprinted after every row (check_restore)."""
+    with device_name():
+        for spec in _fuzz_draws():
+            with _fuzz_entered(spec) as autop:
+                bench = Workbench(autop, apply=False, check_restore=True)
+                shared = [bench.run(f, s) for f, s in FUZZ_ROWS]
+            for (f, s), row in zip(FUZZ_ROWS, shared):
+                with _fuzz_entered(spec) as autop:
+                    if f != "none":
+                        autop.add_op_constraints(formulation=f, solver=s, verify="off")
+                    placement = autop.optimize_placement()
+                    objective = float(autop.sharding_optimizer.prob.objective.value())
+                assert row.objective == pytest.approx(objective, rel=1e-9, abs=1e-9), (spec, f, s)
+                assert row.choices == plan_choices(placement), (spec, f, s)

@@ -59,7 +59,7 @@ _AUTOPARALLEL_FIX = INSTALL_HINT.splitlines()[1].strip()
 _FIX = {
     "torch": "pip install 'torch=={version}' (the CPU build from your usual index is enough)",
     "pulp": "pip install 'pulp=={version}'",
-    "highspy": "pip install 'highspy=={version}' (needed for solver='highs' / 'highs-lp')",
+    "highspy": "pip install 'highspy=={version}' (the default solver, highs-lp, and solver='highs')",
     "transformers": "pip install 'transformers=={version}' (only the model tests and the zoo use it)",
 }
 

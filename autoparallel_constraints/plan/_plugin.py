@@ -92,7 +92,7 @@ def add_op_constraints(
     materialize: str = "all",
     verify: str = "raise",
     table: Table | None = None,
-    solver: str = "cbc",
+    solver: str = _solvers.DEFAULT_SOLVER,
     time_limit: float | None = None,
     sizes: bool = True,
     **options: Any,
@@ -119,11 +119,12 @@ def add_op_constraints(
             :class:`~autoparallel_constraints.VerificationError` naming the node and the inferred
             and expected placements, ``"warn"`` warns (``VerificationWarning``), ``"off"`` skips it.
         table: a :class:`Table` to use instead of the process-wide default.
-        solver: ``"cbc"`` (default, ships with PuLP), ``"highs"`` (the ``highs`` extra) or
-            ``"highs-lp"`` (HiGHS's LP relaxation first, accepted when integral — then optimal for
-            the ILP — else HiGHS's MIP; the fastest exact route on autoparallel's ILPs). On
-            ``highs-lp`` autoparallel's LP is solved first and the plugin's rows and bounds are
-            added to it and re-solved from its basis (``SolveOutcome.staged``).
+        solver: ``"highs-lp"`` (default: HiGHS's LP relaxation first, accepted when integral — then
+            optimal for the ILP — else HiGHS's MIP; the fastest exact route on autoparallel's
+            ILPs, CBC's objective on every model measured), ``"cbc"`` (autoparallel's own solver,
+            ships with PuLP) or ``"highs"`` (HiGHS's MIP). On ``highs-lp`` autoparallel's LP is
+            solved first and the plugin's rows and bounds are added to it and re-solved from its
+            basis (``SolveOutcome.staged``).
         time_limit: seconds for all solves of one ``optimize_placement`` (lazy rounds share it);
             stopped with a feasible plan: kept, with a ``SolverTimeLimitWarning``; without one:
             :class:`~autoparallel_constraints.SolverTimeLimitError`.

@@ -45,8 +45,10 @@ order, as one ``LpAffineExpression`` from (variable, coefficient) pairs, where a
 variables; 9.6 s of a profiled 18 s highs-lp solve). CBC's route keeps autoparallel's own, so that
 a CBC comparison with autoparallel alone stays like for like.
 
-HiGHS is an optional extra (``pip install "autoparallel-constraints[highs]"``, which brings
-``highspy``); CBC ships with PuLP.
+``highs-lp`` is :data:`DEFAULT_SOLVER`, chosen by measurement: on every model and mesh the project
+runs it gave CBC's objective, its relaxation integral, at a fraction of CBC's solve
+(``benchmarks/solver_decision.py``). HiGHS comes with ``highspy``, a dependency; CBC ships with
+PuLP and stays one argument away (``solver="cbc"``), as does autoparallel's own route.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "DEFAULT_SOLVER",
     "SOLVERS",
     "HeldBack",
     "HighsRun",
@@ -91,6 +94,9 @@ __all__ = [
 ]
 
 SOLVERS = ("cbc", "highs", "highs-lp")
+# add_op_constraints' and the workbench's default: CBC's objective in every row measured, its solve
+# 0.11-0.20x CBC's (docs/performance.md, "The default solver"); autoparallel alone keeps CBC.
+DEFAULT_SOLVER = "highs-lp"
 HIGHS_ROUTES = ("highs", "highs-lp")  # solved by solve_with_highs
 INTEGRAL_TOL = 1e-6  # a relaxation value this close to an integer counts as integral
 HIGHS_HINT = 'pip install "autoparallel-constraints[highs]"  (or: pip install highspy)'
@@ -104,7 +110,7 @@ class SolverTimeLimitWarning(UserWarning):
 class SolverConfig:
     """A solver choice: ``name`` in :data:`SOLVERS`, an optional time limit in seconds."""
 
-    name: str = "cbc"
+    name: str = DEFAULT_SOLVER
     time_limit: float | None = None
     msg: bool = False
     threads: int | None = 1  # HiGHS only; None = HiGHS's own choice
@@ -117,7 +123,7 @@ class SolverConfig:
         return pulp.PULP_CBC_CMD(msg=show, timeLimit=limit)
 
 
-def solver_config(solver: str | SolverConfig = "cbc", time_limit: float | None = None) -> SolverConfig:
+def solver_config(solver: str | SolverConfig = DEFAULT_SOLVER, time_limit: float | None = None) -> SolverConfig:
     """Validate a solver choice (a name, or a :class:`SolverConfig` for msg/threads); raise a package
     error naming the fix."""
     if isinstance(solver, SolverConfig):
@@ -181,6 +187,45 @@ class HighsRun:
     staged: bool = False  # the relaxation solved in two stages (``held_back``)
 
 
+def _new_highs(highspy: Any, msg: bool) -> Any:
+    """A ``highspy.Highs`` with output as ``msg`` says. Its constructor prints HiGHS's banner to the
+    process's C-level stdout before any option can be set: with ``msg`` off, file descriptor 1
+    points at /dev/null while it runs (the default solver stays as quiet as CBC's route)."""
+    if msg:
+        h = highspy.Highs()
+    else:
+        with _c_stdout_to_devnull():
+            h = highspy.Highs()
+    h.setOptionValue("output_flag", bool(msg))
+    return h
+
+
+@contextmanager
+def _c_stdout_to_devnull() -> Iterator[None]:
+    import ctypes
+    import os
+    import sys
+
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError, AttributeError):  # no real fd 1 (an embedding host): leave it be
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        yield
+    finally:
+        try:
+            ctypes.CDLL(None).fflush(None)  # what the constructor buffered goes to /dev/null too
+        except (OSError, AttributeError):
+            pass
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
+
+
 def solve_with_highs(
     prob: pulp.LpProblem,
     *,
@@ -217,8 +262,7 @@ def solve_with_highs(
     staging = relax_first and bool(held_back)
     model = _highs_model(prob, highspy.kHighsInf, held_back if staging else None)
     columns, integrality = model.columns, model.integrality
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", bool(msg))
+    h = _new_highs(highspy, msg)
     if time_limit is not None:
         h.setOptionValue("time_limit", float(time_limit))
     if threads is not None:
