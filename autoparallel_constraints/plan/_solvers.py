@@ -95,7 +95,7 @@ __all__ = [
 
 SOLVERS = ("cbc", "highs", "highs-lp")
 # add_op_constraints' and the workbench's default: CBC's objective in every row measured, its solve
-# 0.11-0.20x CBC's (docs/performance.md, "The default solver"); autoparallel alone keeps CBC.
+# 0.08-0.23x CBC's (docs/performance.md, "The default solver"); autoparallel alone keeps CBC.
 DEFAULT_SOLVER = "highs-lp"
 HIGHS_ROUTES = ("highs", "highs-lp")  # solved by solve_with_highs
 INTEGRAL_TOL = 1e-6  # a relaxation value this close to an integer counts as integral
