@@ -288,10 +288,11 @@ def _fuzz_draws() -> list[Any]:
 @contextlib.contextmanager
 def _fuzz_entered(spec: Any) -> Iterator[Any]:
     from autoparallel.api import AutoParallel
+    from test_fuzz import _placement
 
     from autoparallel_constraints.harness._fuzz import FuzzModel
 
-    pins = [tuple(Replicate() if p == "R" else Shard(int(p[1:])) for p in spec.input_placements)]
+    pins = [tuple(_placement(p) for p in spec.input_placements)]
     with torch.device("meta"):
         model = FuzzModel(spec)
     with fresh_strategy_cache(), AutoParallel(
