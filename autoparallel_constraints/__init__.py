@@ -30,6 +30,7 @@ _doctor.warn_if_untested()
 from .apply._audit import ArgAudit, AuditReport, Violation, audit  # noqa: E402
 from .apply._materialize import apc_redistribute  # noqa: E402
 from .apply._materialize import install as _install_apply  # noqa: E402
+from .core._upstream import install as _install_upstream_notes  # noqa: E402
 from .errors import (  # noqa: E402
     AuditError,
     AutoParallelMissingError,
@@ -125,6 +126,7 @@ def _install() -> None:
         AutoParallel.add_op_constraints = add_op_constraints  # type: ignore[attr-defined]
     _install_apply()
     _install_cache_guard()
+    _install_upstream_notes()  # after the cache guard: its note covers the guarded __enter__ too
     _install_plugin()
 
 

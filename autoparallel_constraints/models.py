@@ -377,12 +377,13 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [""])[0][:200]
 
 
-def zoo_model(family: str, *, seq: int = 16, batch: int = 4) -> ModelBuilder:
+def zoo_model(family: str, *, seq: int = 16, batch: int = 4, attn: str = "eager") -> ModelBuilder:
     """``(model_fn, input_fn)`` for a :data:`ZOO` family, or any other of :func:`causal_lm_families`
-    at tiny defaults: ``model_fn()`` builds the causal LM (eager attention, ``use_cache=False``,
-    every dropout 0 so the reference is deterministic) wrapped in :class:`CausalLMLogits`;
-    ``input_fn()`` a ``[batch, seq]`` tensor of token ids. A family that cannot be built here
-    raises :class:`FamilyUnavailable` with the reason; an unknown name ``KeyError``."""
+    at tiny defaults: ``model_fn()`` builds the causal LM (``attn`` attention, eager by default;
+    ``use_cache=False``, every dropout 0 so the reference is deterministic) wrapped in
+    :class:`CausalLMLogits`; ``input_fn()`` a ``[batch, seq]`` tensor of token ids. A family that
+    cannot be built here raises :class:`FamilyUnavailable` with the reason; an unknown name
+    ``KeyError``."""
     import transformers
 
     spec = ZOO[family] if family in ZOO else _tiny_family(family)
@@ -393,12 +394,15 @@ def zoo_model(family: str, *, seq: int = 16, batch: int = 4) -> ModelBuilder:
     for key, value in config.to_dict().items():
         if "drop" in key and isinstance(value, float):
             setattr(config, key, 0.0)
-    config._attn_implementation = "eager"
+    config._attn_implementation = attn
     model_cls = getattr(transformers, spec.model)
     vocab = int(getattr(config, "vocab_size", spec.kwargs.get("vocab_size", 256)))
 
     def model_fn() -> nn.Module:
-        return CausalLMLogits(model_cls(config))
+        model = model_cls(config)
+        if attn != "eager":  # set again after construction: some families (Falcon) rewrite the choice
+            model.config._attn_implementation = attn
+        return CausalLMLogits(model)
 
     def input_fn() -> torch.Tensor:
         return torch.randint(0, vocab, (batch, seq))

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import re
 import sys
 import time
 import traceback
@@ -41,6 +40,7 @@ import torch
 from torch.distributed.tensor.placement_types import Replicate, Shard
 
 from ..apply._audit import audit
+from ..core._upstream import known_failure, origin
 from ..errors import ConstraintsError, VerificationError
 from ..harness import cpu_mesh, device_name, lower_with_inductor, run_numerics
 from ..models import ZOO, FamilyUnavailable, causal_lm_families, zoo_model
@@ -78,6 +78,7 @@ class ZooRow:
     unproven: int | None = None  # outputs it could not prove
     outcome: str = ""  # one of OUTCOMES (empty in rows saved before outcomes existed)
     reason: str = ""  # why: the refusal, the upstream error with the frame that raised it, the skip
+    attn: str = "eager"  # transformers' attention implementation the model was built with
 
     @property
     def ok(self) -> bool:
@@ -92,35 +93,17 @@ class ZooRow:
 OUTCOMES = ("exact", "lowered", "refused", "false alarm", "MISS", "failed", "upstream", "skipped")
 
 
-def failure_origin(details: str) -> str:
-    """Whose code raised, from a formatted traceback: ``"autoparallel"``, ``"torch"``,
-    ``"transformers"`` or ``"autoparallel_constraints"`` (the innermost frame's package), with the
-    innermost frame of autoparallel, transformers or this package when torch raised inside it."""
-    frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', details)
-    if not frames:
-        return "unknown"
-
-    def owner(path: str) -> str:
-        for name in ("autoparallel_constraints", "autoparallel", "transformers", "torch"):
-            if f"/{name}/" in path:
-                return name
-        return "python"
-
-    path, line, func = frames[-1]
-    origin = owner(path)
-    if origin in ("torch", "python"):
-        for caller_path, caller_line, caller_func in reversed(frames):
-            caller = owner(caller_path)
-            if caller in ("autoparallel", "transformers", "autoparallel_constraints"):
-                return f"{origin} (in {caller}: {caller_path.rsplit(caller + '/', 1)[-1]}:{caller_line} {caller_func})"
-    return f"{origin} ({path.rsplit(origin + '/', 1)[-1]}:{line} {func})"
+#: Whose code raised, from a formatted traceback (the line the zoo prints after "raised in").
+failure_origin = origin
 
 
 def _outcome_of_failure(failure: str, details: str) -> tuple[str, str]:
-    origin = failure_origin(details)
-    if origin.startswith("autoparallel_constraints"):
-        return "failed", f"{failure} [raised in {origin}]"
-    return "upstream", f"{failure} [raised in {origin}]"
+    where = origin(details)
+    if where.startswith("autoparallel_constraints"):
+        return "failed", f"{failure} [raised in {where}]"
+    known = known_failure(details, failure)
+    said = f"; known: {known.what}; {known.fix}" if known is not None else ""
+    return "upstream", f"{failure} [raised in {where}{said}]"
 
 
 def _batch(ndim: int) -> list[tuple[Any, ...]]:
@@ -144,8 +127,8 @@ def _dynamic_run(model_fn: Any, input_fn: Any, mesh_shape: tuple[int, ...], veri
     return report, seen
 
 
-def _dynamic_row(family: str, mesh_shape: tuple[int, ...]) -> dict[str, Any]:
-    model_fn, input_fn = zoo_model(family)
+def _dynamic_row(family: str, mesh_shape: tuple[int, ...], attn: str) -> dict[str, Any]:
+    model_fn, input_fn = zoo_model(family, attn=attn)
     report, seen = _dynamic_run(model_fn, input_fn, mesh_shape, "raise")
     if report.error is not None and "VerificationError" in report.error:
         # refused: are the numbers of the same plan wrong (a right refusal) or exact (a false alarm)?
@@ -174,10 +157,10 @@ def _dynamic_row(family: str, mesh_shape: tuple[int, ...]) -> dict[str, Any]:
     return out
 
 
-def _static_row(family: str, mesh_shape: tuple[int, ...]) -> dict[str, Any]:
+def _static_row(family: str, mesh_shape: tuple[int, ...], attn: str) -> dict[str, Any]:
     from autoparallel.api import AutoParallel
 
-    model_fn, input_fn = zoo_model(family)
+    model_fn, input_fn = zoo_model(family, attn=attn)
     with torch.device("meta"):
         model = model_fn()
     out: dict[str, Any] = {}
@@ -221,10 +204,10 @@ def _verifier_counts(rep: Any) -> dict[str, Any]:
     return {"unknown": verification.n_unknown, "unproven": len(verification.unproven_outputs)}
 
 
-def _unavailable(family: str) -> str | None:
+def _unavailable(family: str, attn: str) -> str | None:
     """Why ``family`` cannot be built here at tiny sizes on the meta device, or None."""
     try:
-        model_fn, input_fn = zoo_model(family)
+        model_fn, input_fn = zoo_model(family, attn=attn)
         with torch.device("meta"):
             model_fn()
     except FamilyUnavailable as exc:
@@ -241,16 +224,16 @@ def _unavailable(family: str) -> str | None:
     return None
 
 
-def zoo_row(family: str, mesh_shape: Sequence[int], *, dynamic: bool) -> ZooRow:
-    """Run one family on one mesh (see the module docstring) and return its row."""
+def zoo_row(family: str, mesh_shape: Sequence[int], *, dynamic: bool, attn: str = "eager") -> ZooRow:
+    """Run one family on one mesh with ``attn`` attention (see the module docstring); its row."""
     mesh_shape = tuple(int(s) for s in mesh_shape)
     t0 = time.perf_counter()
-    why = _unavailable(family)
+    why = _unavailable(family, attn)
     if why is not None:
         return ZooRow(family=family, mesh=mesh_shape, dynamic=dynamic, outcome="skipped", reason=why,
-                      failure=f"skipped: {why}")
+                      failure=f"skipped: {why}", attn=attn)
     try:
-        fields = (_dynamic_row if dynamic else _static_row)(family, mesh_shape)
+        fields = (_dynamic_row if dynamic else _static_row)(family, mesh_shape, attn)
     except ConstraintsError as exc:  # the plugin refused the call itself (e.g. pins it cannot satisfy)
         fields = {"failure": f"constraints: {type(exc).__name__}: {exc}", "details": traceback.format_exc(),
                   "outcome": "failed", "reason": f"{type(exc).__name__}: {exc}"}
@@ -259,14 +242,14 @@ def zoo_row(family: str, mesh_shape: Sequence[int], *, dynamic: bool) -> ZooRow:
         details = traceback.format_exc()
         outcome, reason = _outcome_of_failure(failure, details)
         fields = {"failure": failure, "details": details, "outcome": outcome, "reason": reason}
-    row = ZooRow(family=family, mesh=mesh_shape, dynamic=dynamic, seconds=time.perf_counter() - t0, **fields)
+    row = ZooRow(family=family, mesh=mesh_shape, dynamic=dynamic, seconds=time.perf_counter() - t0, attn=attn, **fields)
     logger.info("zoo %s %s dynamic=%s: %s", family, mesh_shape, dynamic, row.failure or row.numerics)
     return row
 
 
 def run_zoo(families: Sequence[str] | None = None, meshes: Sequence[tuple[int, ...]] = MESHES,
-            dynamic: Sequence[bool] = (True, False), *, progress: Any = None) -> list[ZooRow]:
-    """Every family x mesh x dynamic, in that order; ``progress(row)`` after each."""
+            dynamic: Sequence[bool] = (True, False), *, progress: Any = None, attn: str = "eager") -> list[ZooRow]:
+    """Every family x mesh x dynamic, in that order, with ``attn`` attention; ``progress(row)`` after each."""
     families = list(families) if families is not None else sorted(ZOO)
     everything = set(ZOO) | set(causal_lm_families())
     unknown = [f for f in families if f not in everything]
@@ -277,7 +260,7 @@ def run_zoo(families: Sequence[str] | None = None, meshes: Sequence[tuple[int, .
     for family in families:
         for mesh_shape in meshes:
             for dyn in dynamic:
-                row = zoo_row(family, mesh_shape, dynamic=dyn)
+                row = zoo_row(family, mesh_shape, dynamic=dyn, attn=attn)
                 rows.append(row)
                 if progress is not None:
                     progress(row)
@@ -298,13 +281,17 @@ def format_table(rows: Sequence[ZooRow]) -> str:
          "-" if r.unknown is None else f"{r.unknown}/{r.unproven}", r.numerics, r.worst or "-", _fmt(r.error, ".2e"), _fmt(r.ratio, ".6f"), f"{r.seconds:.0f}")
         for r in rows
     ]
+    if any(r.attn != "eager" for r in rows):  # the attention column only when it tells rows apart
+        head = (*head[:3], "attn", *head[3:])
+        body = [(*b[:3], r.attn, *b[3:]) for b, r in zip(body, rows)]
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(b, widths)) for b in body]
     failed = [r for r in rows if r.failure]
     if failed:
         lines.append("failures:")
-        lines += [f"  {r.family} {'x'.join(map(str, r.mesh))} dynamic={r.dynamic}: {r.reason or r.failure}"
+        lines += [f"  {r.family} {'x'.join(map(str, r.mesh))} dynamic={r.dynamic}"
+                  f"{'' if r.attn == 'eager' else f' attn={r.attn}'}: {r.reason or r.failure}"
                   for r in failed]
     counts = Counter(r.outcome for r in rows if r.outcome)
     if counts:
@@ -335,16 +322,30 @@ def _zoo_command(args: argparse.Namespace) -> int:
     dynamic = {"both": (True, False), "on": (True,), "off": (False,)}[args.dynamic]
 
     done: list[ZooRow] = []
+    if args.resume:  # keep the rows a file already holds and run only the others
+        if not args.json:
+            raise SystemExit("zoo: --resume needs --json FILE (the file whose rows are kept)")
+        try:
+            done = _load_rows([args.json])
+        except FileNotFoundError:
+            done = []
+        have = {(r.family, r.mesh, r.dynamic) for r in done if r.attn == args.attn}
+        wanted = families if families is not None else sorted(ZOO)
+        families = [f for f in wanted if any((f, tuple(m), d) not in have for m in meshes for d in dynamic)]
+        print(f"[zoo] resuming {args.json}: {len(done)} rows kept, {len(families)} families to run", file=sys.stderr)
 
     def progress(row: ZooRow) -> None:
         print(f"[zoo] {row.family} {'x'.join(map(str, row.mesh))} dynamic={row.dynamic}: "
               f"{row.failure or f'audit {row.audit}, {row.numerics}'} ({row.seconds:.0f}s)", file=sys.stderr, flush=True)
+        key = (row.family, row.mesh, row.dynamic, row.attn)
+        done[:] = [r for r in done if (r.family, r.mesh, r.dynamic, r.attn) != key]
         done.append(row)
         if args.json:  # rewritten after every row: a long zoo interrupted keeps what it measured
             with open(args.json, "w") as f:
                 json.dump([asdict(r) for r in done], f, indent=2)
 
-    rows = run_zoo(families, meshes, dynamic, progress=progress)
+    run_zoo(families, meshes, dynamic, progress=progress, attn=args.attn)
+    rows = done
     print(format_table(rows))
     return 0 if all(r.ok or r.outcome == "skipped" for r in rows) else 1
 
@@ -360,6 +361,10 @@ def add_zoo_subcommand(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--dynamic", choices=["both", "on", "off"], default="both",
                    help="AutoParallel(dynamic=...) runs (default both)")
     p.add_argument("--json", default=None, help="also write every row as JSON to this file (after each row)")
+    p.add_argument("--attn", choices=["eager", "sdpa"], default="eager",
+                   help="transformers' attention implementation (default eager; sdpa is transformers' own default)")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the rows --json FILE already holds, run only the families it lacks, append")
     p.add_argument("--table", default=None, help="run nothing: print the table of these --json files (comma list)")
     p.set_defaults(func=_zoo_command)
     return p
