@@ -97,3 +97,21 @@ def test_gpt2_dynamic_exact_with_the_plugin():
 def test_zoo_family(family, mesh, dynamic):
     row = zoo_row(family, mesh, dynamic=dynamic)
     assert row.ok, f"{format_table([row])}\n{row.details}"
+
+
+def test_a_row_that_runs_out_of_time_is_a_timeout_row_with_where_it_was(monkeypatch):
+    """``--row-timeout``: a row past its time ends as a ``timeout`` row naming the frame it was in
+    (not the alarm's own), does not fail the command, and the next row runs."""
+    import time as time_
+
+    from autoparallel_constraints.lab import _zoo
+
+    def slow(family, mesh_shape, dynamic, attn, t0):
+        while True:
+            time_.sleep(0.01)
+
+    monkeypatch.setattr(_zoo, "_zoo_row", slow)
+    row = zoo_row("llama", (2, 2), dynamic=True, timeout=0.2)
+    assert row.outcome == "timeout" and not row.ok and "did not finish within 0 s" in row.reason
+    assert "test_zoo.py" in row.reason and "slow" in row.reason and "expire" not in row.reason
+    assert "timeout 1" in format_table([row]) and "timeout" in _zoo.NOT_TRIED

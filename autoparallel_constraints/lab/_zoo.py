@@ -26,13 +26,15 @@ family that cannot be built or run at the tiny defaults is a skipped row with it
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import signal
 import sys
 import time
 import traceback
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -89,8 +91,35 @@ class ZooRow:
 #: and the same plan with ``verify="warn"`` matches one device: a verifier defect. ``MISS``: the
 #: verifier let a graph through whose numbers are wrong. ``upstream``: autoparallel, torch or
 #: transformers raised (``reason`` names the innermost frame). ``skipped``: the family does not build
-#: here at tiny sizes.
-OUTCOMES = ("exact", "lowered", "refused", "false alarm", "MISS", "failed", "upstream", "skipped")
+#: here at tiny sizes. ``timeout``: the row did not finish within ``--row-timeout`` seconds (``reason``
+#: names the stage and the frame it was in): not tried to the end, like a skip, and said apart.
+OUTCOMES = ("exact", "lowered", "refused", "false alarm", "MISS", "failed", "upstream", "skipped", "timeout")
+#: Outcomes that do not fail the command: the family was not tried to the end here.
+NOT_TRIED = ("skipped", "timeout")
+
+
+class RowTimeout(BaseException):
+    """A zoo row ran out of time. A BaseException so that no ``except Exception`` on the way (the
+    harness reports a run's errors as findings) takes it for the plan's failure."""
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float | None) -> Iterator[None]:
+    """Raise :class:`RowTimeout` in the main thread after ``seconds`` (no limit when None)."""
+    if not seconds:
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise RowTimeout(f"did not finish within {seconds:.0f} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 #: Whose code raised, from a formatted traceback (the line the zoo prints after "raised in").
@@ -224,14 +253,31 @@ def _unavailable(family: str, attn: str) -> str | None:
     return None
 
 
-def zoo_row(family: str, mesh_shape: Sequence[int], *, dynamic: bool, attn: str = "eager") -> ZooRow:
-    """Run one family on one mesh with ``attn`` attention (see the module docstring); its row."""
+def zoo_row(family: str, mesh_shape: Sequence[int], *, dynamic: bool, attn: str = "eager",
+            timeout: float | None = None) -> ZooRow:
+    """Run one family on one mesh with ``attn`` attention (see the module docstring); its row.
+    ``timeout`` seconds (from the start of the row) end it as a ``timeout`` row."""
     mesh_shape = tuple(int(s) for s in mesh_shape)
     t0 = time.perf_counter()
+    try:
+        with _time_limit(timeout):
+            return _zoo_row(family, mesh_shape, dynamic, attn, t0)
+    except RowTimeout as exc:
+        frames = traceback.extract_tb(exc.__traceback__)[:-1]  # without the alarm handler's own frame
+        where = origin("".join(traceback.format_list(frames)))
+        last = frames[-1] if frames else None
+        inner = f"; innermost {last.filename.rsplit('/', 1)[-1]}:{last.lineno} {last.name}" if last else ""
+        reason = f"{exc} (it was in {where}{inner})"
+        logger.info("zoo %s %s dynamic=%s: %s", family, mesh_shape, dynamic, reason)
+        return ZooRow(family=family, mesh=mesh_shape, dynamic=dynamic, outcome="timeout", reason=reason,
+                      failure=f"timeout: {reason}", seconds=time.perf_counter() - t0, attn=attn)
+
+
+def _zoo_row(family: str, mesh_shape: tuple[int, ...], dynamic: bool, attn: str, t0: float) -> ZooRow:
     why = _unavailable(family, attn)
     if why is not None:
         return ZooRow(family=family, mesh=mesh_shape, dynamic=dynamic, outcome="skipped", reason=why,
-                      failure=f"skipped: {why}", attn=attn)
+                      failure=f"skipped: {why}", attn=attn, seconds=time.perf_counter() - t0)
     try:
         fields = (_dynamic_row if dynamic else _static_row)(family, mesh_shape, attn)
     except ConstraintsError as exc:  # the plugin refused the call itself (e.g. pins it cannot satisfy)
@@ -248,8 +294,10 @@ def zoo_row(family: str, mesh_shape: Sequence[int], *, dynamic: bool, attn: str 
 
 
 def run_zoo(families: Sequence[str] | None = None, meshes: Sequence[tuple[int, ...]] = MESHES,
-            dynamic: Sequence[bool] = (True, False), *, progress: Any = None, attn: str = "eager") -> list[ZooRow]:
-    """Every family x mesh x dynamic, in that order, with ``attn`` attention; ``progress(row)`` after each."""
+            dynamic: Sequence[bool] = (True, False), *, progress: Any = None, attn: str = "eager",
+            timeout: float | None = None) -> list[ZooRow]:
+    """Every family x mesh x dynamic, in that order, with ``attn`` attention; ``progress(row)`` after
+    each; ``timeout`` seconds a row at most."""
     families = list(families) if families is not None else sorted(ZOO)
     everything = set(ZOO) | set(causal_lm_families())
     unknown = [f for f in families if f not in everything]
@@ -260,7 +308,7 @@ def run_zoo(families: Sequence[str] | None = None, meshes: Sequence[tuple[int, .
     for family in families:
         for mesh_shape in meshes:
             for dyn in dynamic:
-                row = zoo_row(family, mesh_shape, dynamic=dyn, attn=attn)
+                row = zoo_row(family, mesh_shape, dynamic=dyn, attn=attn, timeout=timeout)
                 rows.append(row)
                 if progress is not None:
                     progress(row)
@@ -316,7 +364,7 @@ def _zoo_command(args: argparse.Namespace) -> int:
     if args.table:
         rows = _load_rows(args.table.split(","))
         print(format_table(rows))
-        return 0 if all(r.ok or r.outcome == "skipped" for r in rows) else 1
+        return 0 if all(r.ok or r.outcome in NOT_TRIED for r in rows) else 1
     families = (causal_lm_families() if args.families == "all" else args.families.split(",")) if args.families else None
     meshes = [args.mesh] if args.mesh else list(MESHES)
     dynamic = {"both": (True, False), "on": (True,), "off": (False,)}[args.dynamic]
@@ -344,10 +392,10 @@ def _zoo_command(args: argparse.Namespace) -> int:
             with open(args.json, "w") as f:
                 json.dump([asdict(r) for r in done], f, indent=2)
 
-    run_zoo(families, meshes, dynamic, progress=progress, attn=args.attn)
+    run_zoo(families, meshes, dynamic, progress=progress, attn=args.attn, timeout=args.row_timeout)
     rows = done
     print(format_table(rows))
-    return 0 if all(r.ok or r.outcome == "skipped" for r in rows) else 1
+    return 0 if all(r.ok or r.outcome in NOT_TRIED for r in rows) else 1
 
 
 def add_zoo_subcommand(subparsers: Any) -> argparse.ArgumentParser:
@@ -363,6 +411,8 @@ def add_zoo_subcommand(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--json", default=None, help="also write every row as JSON to this file (after each row)")
     p.add_argument("--attn", choices=["eager", "sdpa"], default="eager",
                    help="transformers' attention implementation (default eager; sdpa is transformers' own default)")
+    p.add_argument("--row-timeout", type=float, default=None, metavar="SECONDS",
+                   help="end a row that runs longer as a 'timeout' row (default: no limit)")
     p.add_argument("--resume", action="store_true",
                    help="keep the rows --json FILE already holds, run only the families it lacks, append")
     p.add_argument("--table", default=None, help="run nothing: print the table of these --json files (comma list)")
