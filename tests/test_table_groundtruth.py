@@ -1,12 +1,13 @@
 """Guards the compatibility table against ground truth: every built-in row's sampled calls are run
 on the shards of every placement combination it accepts (and a sample of those it rejects) on
-meshes (2,), (2, 2) and (2, 4) under LocalTensorMode, and no combination a row calls co-sharded
+meshes (2,), (2, 2), (2, 4) and (2, 2, 2) under LocalTensorMode, and no combination a row calls co-sharded
 may compute a wrong result. Missed opportunities (right but rejected) are recorded per row, not
 failed. Also guards the checker itself: its layouts agree with DTensor's, it catches a wrong row
 and a coincidence, and every built-in row has a sampler. The full sweep is ``-m ondemand``."""
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -45,12 +46,27 @@ def test_row_is_never_falsely_cosharded(row, record_property):
     assert report.false_cosharded == 0, "\n".join(str(f) for f in report.false_examples)
 
 
+@pytest.mark.parametrize(
+    "row", [pytest.param(r, marks=() if r.name in DEFAULT_ROWS else pytest.mark.full) for r in ROWS],
+    ids=lambda r: r.name,
+)
+def test_row_is_never_falsely_cosharded_on_a_3d_mesh(row, record_property):
+    """The same on (2, 2, 2): every triple of accepted columns (or a sample), one per mesh dim, so a
+    dim sharded over two or three mesh dims and Partials on any of three dims are run."""
+    report = gt.check_row(row, (gt.MESH_3D,), gt.CI_BUDGET)
+    record_property("combinations_checked", report.checked)
+    assert not report.unchecked and report.cases >= 1 and not report.unbound
+    stats = report.meshes[gt.MESH_3D]
+    assert stats.checked > 0 and stats.accepted > 0, stats
+    assert report.false_cosharded == 0, "\n".join(str(f) for f in report.false_examples)
+
+
 def test_every_builtin_row_has_a_sampler():
     """The ground truth can reach every row of the default table."""
     assert [r.name for r in ROWS if r.op not in gt.SAMPLERS] == []
 
 
-@pytest.mark.parametrize("mesh_shape", [(2, 2), (2, 4)])
+@pytest.mark.parametrize("mesh_shape", [(2, 2), (2, 4), (2, 2, 2)])
 def test_layouts_agree_with_dtensor(make_mesh, mesh_shape):
     """make_locals/reconstruct match DTensor's from_local/redistribute/full_tensor under
     LocalTensorMode: uneven shards, a dim sharded twice, and every Partial reduce op."""
@@ -60,27 +76,26 @@ def test_layouts_agree_with_dtensor(make_mesh, mesh_shape):
     value = torch.randint(-4, 5, (5, 3)).to(torch.float64)
     options = [Replicate(), Shard(0), Shard(1), *(Partial(op) for op in gt.REDUCE_OPS)]
     checked = 0
-    for p0 in options:
-        for p1 in options:
-            placements = (p0, p1)
-            if len({p.reduce_op for p in placements if isinstance(p, Partial)}) > 1:
-                continue  # DTensor allows one reduce op per tensor
-            locals_ = gt.make_locals(value, mesh_shape, placements, random.Random(checked))
-            with LocalTensorMode(ranks):
-                local = LocalTensor({r: locals_[r] for r in ranks})
-                dt = DTensor.from_local(local, mesh, placements, run_check=False, shape=value.shape,
-                                        stride=value.stride())
-                full = dt.full_tensor()
-                if not any(isinstance(p, Partial) for p in placements):
-                    ours = DTensor.from_local(LocalTensor({r: value.clone() for r in ranks}), mesh,
-                                              (Replicate(), Replicate()), run_check=False).redistribute(mesh, placements)
-                    theirs = ours.to_local()._local_tensors
-                    assert all(torch.equal(theirs[r], locals_[r]) for r in ranks), placements
-            per_rank = full._local_tensors if isinstance(full, LocalTensor) else {r: full for r in ranks}
-            for r in ranks:
-                assert torch.allclose(per_rank[r], value), (placements, r)
-                assert torch.allclose(gt.reconstruct(locals_, mesh_shape, placements, r), value), (placements, r)
-            checked += 1
+    replicated = (Replicate(),) * len(mesh_shape)
+    for placements in itertools.product(options, repeat=len(mesh_shape)):
+        if len({p.reduce_op for p in placements if isinstance(p, Partial)}) > 1:
+            continue  # DTensor allows one reduce op per tensor
+        locals_ = gt.make_locals(value, mesh_shape, placements, random.Random(checked))
+        with LocalTensorMode(ranks):
+            local = LocalTensor({r: locals_[r] for r in ranks})
+            dt = DTensor.from_local(local, mesh, placements, run_check=False, shape=value.shape,
+                                    stride=value.stride())
+            full = dt.full_tensor()
+            if not any(isinstance(p, Partial) for p in placements):
+                ours = DTensor.from_local(LocalTensor({r: value.clone() for r in ranks}), mesh,
+                                          replicated, run_check=False).redistribute(mesh, placements)
+                theirs = ours.to_local()._local_tensors
+                assert all(torch.equal(theirs[r], locals_[r]) for r in ranks), placements
+        per_rank = full._local_tensors if isinstance(full, LocalTensor) else {r: full for r in ranks}
+        for r in ranks:
+            assert torch.allclose(per_rank[r], value), (placements, r)
+            assert torch.allclose(gt.reconstruct(locals_, mesh_shape, placements, r), value), (placements, r)
+        checked += 1
     assert checked > 30
 
 
@@ -99,11 +114,22 @@ def test_checker_catches_a_wrong_row(combo, what):
     assert report.false_examples and "differs from the global result" in report.false_examples[0].detail
 
 
-def test_checker_catches_a_wrong_alignment():
-    """A row that lets cat shard its cat dim (BROADCAST alignment instead of CAT) is caught."""
+@pytest.mark.parametrize("meshes", [((2,),), (gt.MESH_3D,)], ids=["1d", "3d-alone"])
+def test_checker_catches_a_wrong_alignment(meshes):
+    """A row that lets cat shard its cat dim (BROADCAST alignment instead of CAT) is caught, also
+    by the 3-D mesh alone (no 1-D mesh to find it first)."""
     row = OpRule(aten.cat.default, "test", (ArgSpec("tensors", 0),))
-    report = gt.check_row(row, ((2,),), gt.CI_BUDGET)
+    report = gt.check_row(row, meshes, gt.CI_BUDGET)
     assert report.false_cosharded > 0
+
+
+def test_checker_catches_a_wrong_partial_on_the_3d_mesh_alone():
+    """add(P(sum), R) allowed by a row is found wrong on (2, 2, 2) with no other mesh checked."""
+    row = OpRule(aten.add.Tensor, "test", (ArgSpec("self", 0), ArgSpec("other", 1)),
+                 partials=(PartialCombo(("self",), (Reduce.SUM,)),))
+    report = gt.check_row(row, (gt.MESH_3D,), gt.CI_BUDGET)
+    assert report.false_cosharded > 0 and report.false_examples
+    assert report.false_examples[0].mesh == gt.MESH_3D
 
 
 def test_checker_reports_missed_opportunities():
@@ -146,6 +172,6 @@ def test_command_line_reports_totals(capsys):
 @pytest.mark.ondemand
 def test_full_sweep_never_falsely_cosharded():
     """The larger sweep (every sampled call, three value draws, larger budgets) over every row."""
-    reports = gt.check_table(budget=gt.FULL_BUDGET)
+    reports = gt.check_table(meshes=(*gt.MESHES, gt.MESH_3D), budget=gt.FULL_BUDGET)
     print(gt.render(reports))
     assert sum(r.false_cosharded for r in reports) == 0, gt.render([r for r in reports if r.false_cosharded])

@@ -15,8 +15,9 @@ results are reassembled by the output placements and compared with the op on the
   is wrong.
 * 1-D mesh ``(2,)``: every placement combination of the inputs and outputs when there are few
   (else every combination the row could accept, plus random ones). 2-D meshes ``(2, 2)`` and
-  ``(2, 4)``: every pair of 1-D columns the row accepts, plus pairs of numerically right columns
-  and random pairs.
+  ``(2, 4)``, and the 3-D mesh ``(2, 2, 2)`` (:data:`MESH_3D`): every tuple of 1-D columns the row
+  accepts, one per mesh dim (a random sample of them when there are more than the budget), plus
+  tuples of numerically right columns and random ones.
 
 A combination the row calls co-sharded but computes a wrong result is a **false co-sharded**: a
 bug in the table. A combination that is right but the row rejects is a **missed opportunity**:
@@ -65,6 +66,7 @@ __all__ = [
     "CI_BUDGET",
     "FULL_BUDGET",
     "MESHES",
+    "MESH_3D",
     "SAMPLERS",
     "Budget",
     "Case",
@@ -81,6 +83,8 @@ __all__ = [
 ]
 
 MESHES: tuple[tuple[int, ...], ...] = ((2,), (2, 2), (2, 4))
+#: The 3-D mesh the table is also checked on (data x tensor x context parallel, two ranks each).
+MESH_3D: tuple[int, ...] = (2, 2, 2)
 # How the op runs on the shards: "auto" — under LocalTensorMode when every rank's shards have the
 # same shapes, rank by rank otherwise; "local_tensor" — always LocalTensorMode (rank by rank only
 # if it raises); "loop" — always rank by rank.
