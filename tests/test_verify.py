@@ -554,3 +554,29 @@ def test_a_sum_over_replicated_dims_must_be_divided_back(op, source, divisor, ta
     assert [v.kind for v in report.violations] == ([] if verdict == "clean" else [verdict]), report
     if verdict == "illegal_collective":
         assert "times" in report.violations[0].reason or "divides" in report.violations[0].reason, report
+
+
+def test_inputs_read_the_same_way_are_tried_first():
+    """A node whose inputs each have several readings tries the combinations that read every input
+    the same way first (a Mamba2 backward's cat on 2x2, local batch 1: 2 x 4 x 4 readings, the
+    batch-sharded one last of each; in product order it was the 32nd of 32 with 16 tried, and the
+    verifier refused a graph whose numbers are exact). A search cut short and accepting nothing is
+    unknown, not a violation (``_walk``)."""
+    from types import SimpleNamespace
+
+    from autoparallel_constraints.verifier._values import _MAX_READINGS, _reading_combos
+
+    def r(*placements):
+        return SimpleNamespace(placements=placements)
+
+    batch = (Shard(0), Shard(0))
+    a = [r(Shard(2), Shard(2)), r(*batch)]
+    b = [r(Partial(), Partial()), r(Shard(2), Shard(2)), r(Shard(1), Shard(1)), r(*batch)]
+    c = list(b)
+    combos, total = _reading_combos([a, b, c])
+    assert total == 32 and len(combos) == _MAX_READINGS
+    # one way of reading all three first (plainest first: S(2) before the batch), then mixed ones
+    assert [v.placements for v in combos[0]] == [(Shard(2), Shard(2))] * 3
+    assert [v.placements for v in combos[1]] == [batch] * 3
+    one = [r(Shard(0))] * 1
+    assert _reading_combos([one, one]) == ([(one[0], one[0])], 1)

@@ -138,6 +138,7 @@ def _fake_runs(monkeypatch, f32_err, f64_err, *, refused=False):
         return NumericsReport(checks=(check(err),)), {"audit": audit}
 
     monkeypatch.setattr(_zoo, "_dynamic_run", fake)
+    monkeypatch.setattr(_zoo, "_samples_at_random", lambda model_fn, input_fn: False)
     monkeypatch.setattr(_zoo, "zoo_model", lambda family, attn="eager": ((lambda: torch.nn.Linear(2, 2)), None))
     return _zoo._dynamic_row("fam", (2, 2), "eager")
 
@@ -156,3 +157,23 @@ def test_float32_rounding_past_its_tolerance_is_told_from_a_wrong_plan_in_float6
     assert fields["outcome"] == "false alarm" and "rounding, not the plan" in fields["reason"]
     fields = _fake_runs(monkeypatch, 0.5, 0.5, refused=True)
     assert fields["outcome"] == "refused"
+
+
+def test_a_model_that_samples_at_random_in_training_is_run_in_eval_mode():
+    """A forward that draws random numbers (PhiMoE's sparsemixer) cannot match one device under any
+    plan; the zoo detects it (same weights and input, another RNG seed, other outputs) and runs the
+    model in eval mode. Dropout-free deterministic models are left in training mode."""
+    from autoparallel_constraints.lab._zoo import _samples_at_random
+
+    class Sampling(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.w(x) * (torch.rand_like(x) if self.training else 1.0)
+
+    x = lambda: torch.randn(2, 4)  # noqa: E731
+    assert _samples_at_random(Sampling, x)
+    assert not _samples_at_random(lambda: Sampling().eval(), x)
+    assert not _samples_at_random(lambda: torch.nn.Linear(4, 4), x)

@@ -5,7 +5,9 @@ concern shares.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import math
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -99,6 +101,30 @@ class _Readings:
 
 
 _MAX_READINGS = 16  # combinations of readings tried per node
+_MAX_ORDERED = 4096  # up to this many combinations are ordered before the first _MAX_READINGS are tried
+
+
+def _reading_combos(choices: Sequence[Sequence[Any]]) -> tuple[list[tuple[Any, ...]], int]:
+    """The combinations of the inputs' readings a node tries, and how many there are in all.
+
+    Inputs read the same way are tried first: the same placements on every ambiguous input (a
+    batch sharded on every input of a cat, say) before mixed ones, each group plainest first
+    (the readings' own order). Without this a node with inputs of 2, 4 and 4 readings tried the
+    first 16 of 32 in product order and never the one that was meant, the last of each (a Mamba2
+    backward's cat on 2x2, local batch 1). Only the first :data:`_MAX_READINGS` are tried; the
+    caller says "unknown", not "violation", when none of those is accepted and some were left out.
+    """
+    total = math.prod(len(c) for c in choices)
+    if total > _MAX_ORDERED:
+        return list(itertools.islice(itertools.product(*choices), _MAX_READINGS)), total
+    kinds = [[tuple(getattr(v, "placements", (type(v).__name__,))) for v in c] for c in choices]
+
+    def key(indices: tuple[int, ...]) -> tuple[int, int]:
+        return len({kinds[i][k] for i, k in enumerate(indices)}), sum(indices)
+
+    # sorted() is stable: ties keep product order
+    ordered = sorted(itertools.product(*(range(len(c)) for c in choices)), key=key)
+    return [tuple(choices[i][k] for i, k in enumerate(indices)) for indices in ordered[:_MAX_READINGS]], total
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,6 @@ from ._values import (
     _CASTS,
     _DIVS,
     _FACTORY,
-    _MAX_READINGS,
     _NEW_FACTORY,
     _PASS_THROUGH,
     _SCALAR,
@@ -49,6 +48,7 @@ from ._values import (
     _is_tensor,
     _Mesh,
     _op_name,
+    _reading_combos,
     _Readings,
     _returns_tensors,
     _same_layout,
@@ -204,9 +204,9 @@ class _Verifier(_Collectives, _Views, _Decomposed, _Propagation):
         held = {a: self.values[a] for a in ambiguous}
         accepted: list[Any] = []
         refusal: Exception | None = None
+        combos, total = _reading_combos([readings[a] for a in ambiguous])
         try:
-            combos = itertools.product(*(readings[a] for a in ambiguous))
-            for combo in itertools.islice(combos, _MAX_READINGS):
+            for combo in combos:
                 self.values.update(zip(ambiguous, combo))
                 try:
                     value = self._interpret(node)
@@ -226,6 +226,9 @@ class _Verifier(_Collectives, _Views, _Decomposed, _Propagation):
         finally:
             self.values.update(held)
         if not accepted:
+            if total > len(combos):  # the search was cut: nothing is proven wrong, nothing right either
+                raise _Unknowable(f"none of the first {len(combos)} of {total} combinations of its inputs' "
+                                  f"readings interpreted (the first refusal: {refusal})")
             raise refusal if refusal is not None else _Unknowable("no reading of the inputs interpreted")
         if len(accepted) == 1:
             return accepted[0]
