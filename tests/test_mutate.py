@@ -193,3 +193,16 @@ def test_olmo2_2x2_sum_then_divide_mutants_are_caught():
     report = run_mutations(["olmo2"], [(2, 2)])
     assert not report.bad_originals, report
     assert not report.misses, report
+
+
+@pytest.mark.ondemand
+def test_falcon_h1_2x2_mamba2_mutants_are_caught():
+    """transformers' Falcon-H1 (tiny defaults, a Mamba2 mixer; one sample per rank on 2x2): the
+    unmutated graph is exact and clean (its backward's cat has 2 x 4 x 4 combinations of readings;
+    the verifier once refused it) and no mutant that breaks the numbers passes the verifier. Rests
+    on transformers 5.25's Falcon-H1 modelling."""
+    from autoparallel_constraints.testing import run_mutations
+
+    report = run_mutations(["falcon_h1"], [(2, 2)])
+    assert not report.bad_originals, report
+    assert not report.misses, report

@@ -206,6 +206,13 @@ def sources() -> dict[str, Source]:
         "olmo2": Source(name="olmo2", model_fn=lambda: zoo_model("olmo2")[0](), input_fn=lambda: zoo_model("olmo2")[1](),
                         atol=1e-4, rtol=1e-4, limit=3, meshes=((2, 2),),
                         note="transformers OLMo2, tiny defaults, eager: the sum-then-divide reduction"),
+        # transformers' Falcon-H1 at tiny defaults (Mamba2 mixer beside attention): on 2x2 with one
+        # sample per rank, its backward's cat takes inputs each with several readings (the verifier
+        # once refused it, exact; the zoo's falcon_h1 row)
+        "falcon_h1": Source(name="falcon_h1", model_fn=lambda: zoo_model("falcon_h1")[0](),
+                            input_fn=lambda: zoo_model("falcon_h1")[1](), atol=1e-4, rtol=1e-4, limit=3,
+                            meshes=((2, 2),), note="transformers Falcon-H1, tiny defaults, eager: a Mamba2 "
+                                                   "backward's cat of inputs with several readings each"),
         "fuzz": Source(
             name="fuzz", model_fn=lambda: FuzzModel(spec), input_fn=lambda: torch.randn(4, 4, 16),
             output_placements=lambda ndim: [None], parameter_memory_constraint=False, atol=1e-4, rtol=1e-4,
