@@ -315,3 +315,20 @@ def test_arange_of_a_sharded_size_baseline_then_plugin():
     assert any("iota" in c and "size argument" not in c for c in added[0].size_couplings), added[0].size_couplings
     assert audit is not None and audit.ok, audit
     assert report.ok, report
+
+
+def test_a_deep_size_expression_is_described_without_recursing_forever():
+    """A size argument computed through a long chain (transformers' ProphetNet: its ngram position
+    arithmetic raised RecursionError while the size couplings named it) is described up to a depth,
+    then by node names."""
+    from autoparallel_constraints.plan._sizes import _TEXT_DEPTH, _text
+
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    size = graph.call_function(torch.ops.aten.sym_size.int, (x, 0))
+    node = size
+    for _ in range(5000):
+        node = graph.call_function(operator.add, (node, 1))
+    text = _text(node)
+    assert text.count("(") <= _TEXT_DEPTH + 1 and "add_" in text
+    assert _text(graph.call_function(operator.mul, (size, 2))) == "(size(x, 0) * 2)"

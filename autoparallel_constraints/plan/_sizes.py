@@ -125,16 +125,23 @@ def _size_ops() -> tuple[frozenset[Any], frozenset[Any]]:
     return factories, frozenset(_VIEW_OPS)
 
 
-def _text(value: Any) -> str:
+_TEXT_DEPTH = 6  # a size expression deeper than this is named by its node (ProphetNet's are hundreds deep)
+
+
+def _text(value: Any, depth: int = 0) -> str:
     if not isinstance(value, torch.fx.Node):
+        if isinstance(value, (list, tuple)):
+            return f"[{', '.join(_text(v, depth + 1) for v in value)}]"
         return repr(value)
     if value.target == torch.ops.aten.sym_size.int:
         return f"size({value.args[0].name}, {value.args[1]})"
+    if depth >= _TEXT_DEPTH:
+        return value.name
     symbol = {operator.mul: "*", operator.add: "+", operator.sub: "-", operator.floordiv: "//"}.get(value.target)
     if symbol is not None and len(value.args) == 2:
-        return f"({_text(value.args[0])} {symbol} {_text(value.args[1])})"
+        return f"({_text(value.args[0], depth + 1)} {symbol} {_text(value.args[1], depth + 1)})"
     name = getattr(value.target, "__name__", str(value.target))
-    return f"{name}({', '.join(_text(a) for a in value.args)})"
+    return f"{name}({', '.join(_text(a, depth + 1) for a in value.args)})"
 
 
 def _parse(value: Any) -> _Monomial | None:
