@@ -25,6 +25,7 @@ from ._inject import (
 )
 from ._numerics import NumericsReport, TensorCheck, run_numerics
 from ._parallel import ShardPerturbation, apply_on_one_rank, rank_aware_all_to_all, run_parallel_graph
+from ._yardstick import YARDSTICK_FACTOR, against_float64, float64_results, yardstick_summary
 
 __all__ = [
     "DEFAULT_DEVICE_NAME",
@@ -32,11 +33,14 @@ __all__ = [
     "OfferedStrategy",
     "ShardPerturbation",
     "TensorCheck",
+    "YARDSTICK_FACTOR",
+    "against_float64",
     "apply_on_one_rank",
     "chosen_strategy",
     "cpu_mesh",
     "device_name",
     "find_nodes",
+    "float64_results",
     "fresh_strategy_cache",
     "init_fake_process_group",
     "lower_with_inductor",
@@ -47,4 +51,5 @@ __all__ = [
     "run_numerics",
     "run_parallel_graph",
     "strategy_index",
+    "yardstick_summary",
 ]

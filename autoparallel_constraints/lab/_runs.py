@@ -19,13 +19,13 @@ from torch.distributed.tensor.placement_types import Placement, Replicate, Shard
 from ..apply._audit import AuditReport, audit
 from ..core._stats import cpu_seconds as _cpu_seconds
 from ..models import SEED_CONFIG, SeedBlock, SeedConfig
+from ..workbench import BASELINE
 from ..workbench import comm_cost as plan_comm_cost
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["BASELINE", "R", "RunSummary", "render_table", "run_model", "run_seed", "seed_mp_policy"]
 
-BASELINE = "none"
 R = TypeVar("R")
 
 

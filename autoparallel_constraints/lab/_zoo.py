@@ -44,7 +44,7 @@ from torch.distributed.tensor.placement_types import Replicate, Shard
 from ..apply._audit import audit
 from ..core._upstream import known_failure, origin
 from ..errors import ConstraintsError, VerificationError
-from ..harness import cpu_mesh, device_name, lower_with_inductor, run_numerics
+from ..harness import cpu_mesh, device_name, lower_with_inductor, run_numerics, yardstick_summary
 from ..models import ZOO, FamilyUnavailable, causal_lm_families, zoo_model
 from ._cli import parse_mesh
 from ._coverage import coverage_of_graph
@@ -59,8 +59,9 @@ MESHES: tuple[tuple[int, ...], ...] = ((2, 2), (2, 4))
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ZooRow:
     """One family on one mesh, static or dynamic. ``numerics`` is ``"exact"``, ``"exact (float64)"``
-    (float32 past its noise tolerance, float64 within :data:`FLOAT64_NOISE`: rounding; ``reason``
-    gives both), ``"WRONG"``, ``"lowered"`` (static: Inductor lowered the parallel graph) or ``"-"``
+    (float32 past its noise tolerance, rounding by the float64 yardstick of
+    :mod:`~autoparallel_constraints.harness._yardstick`; ``reason`` says which tensors), ``"WRONG"``,
+    ``"lowered"`` (static: Inductor lowered the parallel graph) or ``"-"``
     (the run stopped earlier); ``worst``/``error``/``ratio`` describe the float32 tensor furthest from
     its tolerance."""
 
@@ -154,37 +155,15 @@ def _dynamic_run(model_fn: Any, input_fn: Any, mesh_shape: tuple[int, ...], veri
 
     report = run_numerics(model_fn, input_fn, mesh_shape, input_placements=_batch(len(mesh_shape)),
                           output_placements=_batch(len(mesh_shape)),
-                          configure=lambda autop: autop.add_op_constraints(verify=verify), after_apply=after_apply)
+                          configure=lambda autop: autop.add_op_constraints(verify=verify), after_apply=after_apply,
+                          float64_yardstick=True)
     return report, seen
 
 
-#: A plan's error does not shrink with the dtype: a missing or doubled reduction, a swapped shard is
-#: as wrong in float64 as in float32. Rounding shrinks with the epsilon (float64: 2.2e-16). So a
-#: float32 comparison that fails by a little is run again in float64, and a tensor whose float64
-#: relative error (of its norm and of its worst element against its largest) stays within this
-#: bound is rounding (some 4.5e5 float64 ulps; measured plan errors are 1e-3 and above).
-FLOAT64_NOISE = 1e-10
-
-
-def _worst_relative(report: Any) -> tuple[str, float]:
-    worst = ("", 0.0)
-    for c in report.checks:
-        rel = max(c.rel_err or 0.0, c.max_abs_err / c.max_ref if c.max_ref else c.max_abs_err)
-        if rel > worst[1]:
-            worst = (c.name, rel)
-    return worst
-
-
-def _in_float64(model_fn: Any, input_fn: Any, mesh_shape: tuple[int, ...], verify: str) -> tuple[bool, str]:
-    """The same family, plan search and call with the model in float64: (the numbers are right,
-    what was seen). See :data:`FLOAT64_NOISE`."""
-    report, _ = _dynamic_run(lambda: model_fn().double(), input_fn, mesh_shape, verify)
-    if report.error is not None or not report.checks:
-        return False, f"float64 run: {report.error or 'nothing compared'}"
-    name, rel = _worst_relative(report)
-    if rel <= FLOAT64_NOISE:
-        return True, f"in float64 every tensor is within {rel:.1e} relative (worst {name}): rounding, not the plan"
-    return False, f"in float64 {name} is off by {rel:.1e} relative: the plan"
+def _worst_failure(report: Any) -> str:
+    """The failed check furthest from its tolerance, with the float64 yardstick's word on it."""
+    worst = max(report.failures, key=lambda c: c.excess)
+    return f"{worst.name} max error {worst.max_abs_err:.2e} ({worst.note or 'past its tolerance'})"
 
 
 def _samples_at_random(model_fn: Any, input_fn: Any) -> bool:
@@ -227,9 +206,10 @@ def _dynamic_row_of(model_fn: Any, input_fn: Any, mesh_shape: tuple[int, ...]) -
         checked, _ = _dynamic_run(model_fn, input_fn, mesh_shape, "warn")
         right = checked.ok
         numbers = "exact with verify='warn'" if right else (checked.error or "wrong with verify='warn'")
-        if not right and checked.error is None and checked.checks:
-            right, how = _in_float64(model_fn, input_fn, mesh_shape, "warn")
-            numbers = f"with verify='warn' float32 is past its noise tolerance; {how}"
+        if right and yardstick_summary(checked.checks):
+            numbers += f"; {yardstick_summary(checked.checks)}"
+        elif not right and checked.error is None:
+            numbers += f" ({_worst_failure(checked)})"
         verdict = "false alarm" if right else "refused"
         return {"uncovered": seen.get("uncovered", ()), "failure": report.error, "details": report.details,
                 "outcome": verdict, "reason": f"{report.error} ({numbers})"}
@@ -240,13 +220,11 @@ def _dynamic_row_of(model_fn: Any, input_fn: Any, mesh_shape: tuple[int, ...]) -
         out.update(_verifier_counts(rep))
     if report.checks:
         worst = max(report.checks, key=lambda c: c.excess)
-        out.update(numerics="exact" if report.ok else "WRONG", worst=worst.name, error=worst.max_abs_err,
-                   ratio=worst.ratio)
-        if not report.ok and report.error is None:  # a plan error or float32 rounding: float64 tells
-            right, how = _in_float64(model_fn, input_fn, mesh_shape, "raise")
-            out["float64"] = how
-            if right:
-                out["numerics"] = "exact (float64)"
+        rounding = yardstick_summary(report.checks)
+        out.update(numerics=("exact (float64)" if rounding else "exact") if report.ok else "WRONG",
+                   worst=worst.name, error=worst.max_abs_err, ratio=worst.ratio)
+        if report.ok and rounding:
+            out["float64"] = rounding
     if report.error is not None:
         out.update(failure=report.error, details=report.details)
         out["outcome"], out["reason"] = _outcome_of_failure(report.error, report.details)
@@ -254,12 +232,10 @@ def _dynamic_row_of(model_fn: Any, input_fn: Any, mesh_shape: tuple[int, ...]) -
         out["outcome"] = "exact" if out.get("audit") == "clean" else "refused"
         out["reason"] = "" if out.get("audit") == "clean" else f"audit {out.get('audit')}"
         if "float64" in out:
-            worst_fp32 = max(report.checks, key=lambda c: c.excess)
-            out["reason"] = (f"float32 past its noise tolerance at {worst_fp32.name} ({worst_fp32.excess:.1f}x); "
-                             f"{out['float64']}") + (f"; {out['reason']}" if out["reason"] else "")
+            out["reason"] = out["float64"] + (f"; {out['reason']}" if out["reason"] else "")
     else:
-        out["outcome"], out["reason"] = "MISS", (f"wrong numbers at {out.get('worst')} and the verifier let it "
-                                                 f"through ({out.get('float64', '')})")
+        out["outcome"], out["reason"] = "MISS", (f"wrong numbers and the verifier let it through: "
+                                                 f"{_worst_failure(report)}")
     out.pop("float64", None)
     return out
 

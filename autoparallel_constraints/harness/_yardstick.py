@@ -1,0 +1,136 @@
+"""Rounding or the plan? A float64 yardstick for a float32 comparison that fails by a little.
+
+A parallel plan sums the same terms in another order, so its float32 result differs from one
+device's by rounding. :func:`~._numerics.tolerances` allows ``NOISE_ULPS`` epsilons for that, which
+is too little for a tensor that is a sum of many terms that cancel: the gradient of a per-head
+decay (Doge's ``self_attn.A``, Qwen3.5's ``linear_attn.A_log``) is such a sum over every batch
+row, position and key, and its float32 error is 1e-5 of its norm on one device already.
+
+Re-running the plan in float64 does not settle it either: models cast to float32 on purpose
+(RMSNorm, rotary tables, softmax), so a float64 model keeps float32 islands, and a float64
+difference of one ulp flips a float32 rounding there. Measured on Doge 2x2: in float64 the plan's
+``A`` gradient was still 2.6e-5 off.
+
+The yardstick asks the question directly. The same weights, inputs and output gradients are run
+once more on one device with the model in float64 (its float32 islands included). That run is the
+reference both float32 results are measured against::
+
+    device = norm(one device, float32  -  one device, float64)    the rounding of float32 itself
+    plan   = norm(parallel,   float32  -  one device, float64)    per rank, the worst
+
+and a tensor is rounding when ``plan <= YARDSTICK_FACTOR * device``: the plan is about as accurate
+as one device. A plan error is as large in float64 as in float32 and dwarfs ``device`` (a 2x
+gradient: a ratio in the hundreds). This is the usual test for a fused kernel (its error against a
+float64 reference within a small factor of the eager float32 error).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import torch
+import torch.utils._pytree as pytree
+from torch import Tensor
+
+if TYPE_CHECKING:  # _numerics runs the yardstick: its types only, no import circle
+    from ._numerics import Reference, TensorCheck
+    from ._parallel import ParallelRun
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["YARDSTICK_FACTOR", "against_float64", "float64_results", "yardstick_summary"]
+
+#: A plan whose float32 error against float64 is within this factor of one device's is rounding.
+#: Measured on the transformers zoo, 2x2: over every tensor of Doge's plan the median ratio is 1.01
+#: and the largest 1.43 (``layers.0.self_attn.A``); the failed float32 tensors of Qwen3.5 and
+#: CPM-Ant are at most 1.15 and 1.02. A doubled gradient is some 590, one element 5% of the
+#: largest off some 23 (``tests/test_numerics_tolerance.py``).
+YARDSTICK_FACTOR = 4.0
+
+
+def float64_results(reference: Reference) -> dict[str, Tensor]:
+    """The outputs and gradients of ``reference``'s run again on one device, the model in float64.
+
+    Same weights (a copy of ``reference.model``), same inputs and output gradients (floating ones
+    cast to float64); named as :func:`~._numerics.compare` names its checks.
+    """
+    model = copy.deepcopy(reference.model).double()
+    model.zero_grad(set_to_none=True)
+    inputs = tuple(
+        t.double().requires_grad_(i in reference.input_grads) if t.is_floating_point() else t
+        for i, t in enumerate(reference.inputs)
+    )
+    out = model(*inputs)
+    leaves = [t for t in pytree.tree_leaves(out) if isinstance(t, Tensor)]
+    pairs = [(t, g.double()) for t, g in zip(leaves, reference.grad_outputs) if t.requires_grad]
+    if pairs:
+        torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
+    results = {f"output[{i}]": t.detach() for i, t in enumerate(leaves)}
+    results.update({f"grad:{n}": p.grad for n, p in model.named_parameters() if p.grad is not None})
+    results.update({f"grad:input[{i}]": t.grad for i, t in enumerate(inputs) if isinstance(t, Tensor) and t.grad is not None})
+    return results
+
+
+def _reference_tensors(reference: Reference) -> dict[str, Tensor]:
+    tensors = {f"output[{i}]": t for i, t in enumerate(reference.outputs)}
+    tensors.update({f"grad:{n}": g for n, g in reference.param_grads.items()})
+    tensors.update({f"grad:input[{i}]": g for i, g in reference.input_grads.items()})
+    return tensors
+
+
+def _ratio(plan: float, device: float) -> float:
+    if device > 0:
+        return plan / device
+    return 0.0 if plan == 0 else math.inf
+
+
+def against_float64(
+    checks: Sequence[TensorCheck], reference: Reference, run: ParallelRun
+) -> tuple[TensorCheck, ...]:
+    """``checks`` with every failed float32 check judged again by the float64 yardstick.
+
+    A failed check of a float32 tensor the reference and every rank have gets ``yardstick`` (the
+    plan's error over one device's, both against float64) and passes when it is within
+    :data:`YARDSTICK_FACTOR`; its note says which. Other checks are returned unchanged, and nothing
+    is run when no float32 check failed.
+    """
+    expected = _reference_tensors(reference)
+    judged = [
+        c for c in checks
+        if not c.ok and c.name in expected and c.name in run.gathered and expected[c.name].dtype == torch.float32
+        and c.max_abs_err != math.inf and not math.isnan(c.max_abs_err)
+    ]
+    if not judged:
+        return tuple(checks)
+    exact = float64_results(reference)
+    redone: dict[str, TensorCheck] = {}
+    for c in judged:
+        if c.name not in exact:
+            continue
+        truth = exact[c.name]
+        device = float((expected[c.name].double() - truth).norm())
+        plan = max(float((t.double() - truth).norm()) for t in run.gathered[c.name].values())
+        ratio = _ratio(plan, device)
+        ok = ratio <= YARDSTICK_FACTOR
+        verdict = "rounding" if ok else "not rounding"
+        note = (f"against float64 on one device its error is {ratio:.2f}x one device's float32 error "
+                f"({plan:.2e} vs {device:.2e}; {verdict}, the bound is {YARDSTICK_FACTOR:g}x)")
+        logger.info("%s: %s", c.name, note)
+        redone[c.name] = replace(c, ok=ok, yardstick=ratio, note="; ".join(filter(None, [c.note, note])))
+    return tuple(redone.get(c.name, c) for c in checks)
+
+
+def yardstick_summary(checks: Mapping[str, TensorCheck] | Sequence[TensorCheck]) -> str:
+    """One line naming the checks that passed only by the yardstick, worst first ("" if none)."""
+    items = checks.values() if isinstance(checks, Mapping) else checks
+    by = sorted((c for c in items if c.yardstick is not None and c.ok), key=lambda c: -(c.yardstick or 0.0))
+    if not by:
+        return ""
+    worst = by[0]
+    return (f"{len(by)} tensor(s) past the float32 noise tolerance are rounding by the float64 yardstick "
+            f"(worst {worst.name}: {worst.yardstick:.2f}x one device's error, bound {YARDSTICK_FACTOR:g}x)")
