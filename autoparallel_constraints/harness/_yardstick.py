@@ -37,8 +37,9 @@ import torch
 import torch.utils._pytree as pytree
 from torch import Tensor
 
-if TYPE_CHECKING:  # _numerics runs the yardstick: its types only, no import circle
-    from ._numerics import Reference, TensorCheck
+from ._records import Reference, TensorCheck
+
+if TYPE_CHECKING:
     from ._parallel import ParallelRun
 
 logger = logging.getLogger(__name__)
