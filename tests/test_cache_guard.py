@@ -77,3 +77,32 @@ def test_stale_strategies_are_refused(make_mesh, monkeypatch, fresh_strategies):
     with AutoParallel(model, lambda: torch.randn(8, 16), second) as autop:
         with pytest.raises(apc.StaleStrategiesError, match=r"computed for mesh \(2, 4\).*mesh is \(4, 2\)"):
             autop.add_op_constraints()
+
+
+def test_a_failed_build_leaves_no_cache_behind(make_mesh, monkeypatch, fresh_strategies):
+    """An ``AutoParallel.__enter__`` that raises empties autoparallel's placement-option cache even
+    when the mesh did not change: autoparallel writes tensor metadata in place on the specs that
+    cache shares, and entries a failed build left made the next model's build fail the same way
+    (recurrent_gemma's view_rule error, repeated by nine families built after it on 2x2)."""
+    from autoparallel.shardings import placement_options
+
+    mesh = make_mesh((2, 2))
+
+    class Broken(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise RuntimeError("forward fails while autoparallel traces it")
+
+    with torch.device("meta"):
+        model = Broken()
+    # the cache was filled on this very mesh: only the failure can clear it
+    monkeypatch.setattr(_cache_guard, "_filled_for", _cache_guard.mesh_key(mesh))
+    placement_options._placement_options_cache[("left", "by", "a failed build")] = None  # type: ignore[index]
+    with pytest.raises(RuntimeError, match="forward fails"):
+        with AutoParallel(model, lambda: torch.randn(4, 8), mesh):
+            pass
+    assert not placement_options._placement_options_cache
+    assert _cache_guard._filled_for is None

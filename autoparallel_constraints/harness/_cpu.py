@@ -105,15 +105,12 @@ def reset_strategy_cache() -> None:
     """Empty autoparallel's mesh-blind module-global caches: placement options and comm costs.
 
     Both are keyed by placements and tensor metadata only, so entries computed on one mesh are
-    wrong on another mesh with the same number of dims.
+    wrong on another mesh with the same number of dims; and autoparallel writes tensor metadata in
+    place on the specs the placement cache shares, so clear it between unrelated models too.
     """
-    from autoparallel.cost_models import collective_runtime_estimation
-    from autoparallel.shardings.placement_options import reset_placement_options_cache
+    from ..plan import _cache_guard
 
-    reset_placement_options_cache()
-    comm_cache = getattr(collective_runtime_estimation, "_comms_cost_cache", None)
-    if isinstance(comm_cache, dict):
-        comm_cache.clear()
+    _cache_guard.clear()
 
 
 @contextlib.contextmanager

@@ -44,7 +44,14 @@ from torch.distributed.tensor.placement_types import Replicate, Shard
 from ..apply._audit import audit
 from ..core._upstream import known_failure, origin
 from ..errors import ConstraintsError, VerificationError
-from ..harness import cpu_mesh, device_name, lower_with_inductor, run_numerics, yardstick_summary
+from ..harness import (
+    cpu_mesh,
+    device_name,
+    lower_with_inductor,
+    reset_strategy_cache,
+    run_numerics,
+    yardstick_summary,
+)
 from ..models import ZOO, FamilyUnavailable, causal_lm_families, zoo_model
 from ._cli import parse_mesh
 from ._coverage import coverage_of_graph
@@ -332,6 +339,9 @@ def _zoo_row(family: str, mesh_shape: tuple[int, ...], dynamic: bool, attn: str,
     if why is not None:
         return ZooRow(family=family, mesh=mesh_shape, dynamic=dynamic, outcome="skipped", reason=why,
                       failure=f"skipped: {why}", attn=attn, seconds=time.perf_counter() - t0)
+    # each family from a clean cache: a build that went wrong half-way can leave autoparallel's
+    # shared strategy specs rewritten for its own tensors, and the next family would fail on them
+    reset_strategy_cache()
     try:
         fields = (_dynamic_row if dynamic else _static_row)(family, mesh_shape, attn)
     except ConstraintsError as exc:  # the plugin refused the call itself (e.g. pins it cannot satisfy)

@@ -8,7 +8,11 @@ mesh with the same number of dims in one process silently reuses the first mesh'
 Two lines of defence, both active once the plugin is imported:
 
 * **repair** — ``AutoParallel.__enter__`` is wrapped so the caches are cleared whenever the mesh
-  differs from the one the caches were filled for (the cache still helps within one mesh);
+  differs from the one the caches were filled for (the cache still helps within one mesh), and
+  after any ``__enter__`` that raised: autoparallel's ``propagate_tensor_meta`` writes tensor
+  metadata in place on specs the cache shares, so a build that failed half-way can leave entries
+  that make the next model's build fail the same way (measured: recurrent_gemma's ``view_rule``
+  error repeated by nine families built after it in one process);
 * **detect** — :func:`check_strategies` (run by ``add_op_constraints``) refuses an optimizer whose
   strategies carry another mesh than its own, with the fix.
 """
@@ -23,7 +27,7 @@ from ..errors import StaleStrategiesError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["check_strategies", "install", "mesh_key"]
+__all__ = ["check_strategies", "clear", "install", "mesh_key"]
 
 _filled_for: tuple | None = None
 
@@ -37,7 +41,10 @@ def mesh_key(mesh: Any) -> tuple:
     return (mesh.device_type, tuple(mesh.shape), ranks, mesh.mesh_dim_names)
 
 
-def _reset() -> None:
+def clear() -> None:
+    """Empty autoparallel's module-global placement-option and comm-cost caches, and forget which
+    mesh they were filled for."""
+    global _filled_for
     from autoparallel.cost_models import collective_runtime_estimation
     from autoparallel.shardings.placement_options import reset_placement_options_cache
 
@@ -45,6 +52,7 @@ def _reset() -> None:
     cache = getattr(collective_runtime_estimation, "_comms_cost_cache", None)
     if isinstance(cache, dict):
         cache.clear()
+    _filled_for = None
 
 
 def _wrap_enter(original: Any) -> Any:
@@ -55,9 +63,14 @@ def _wrap_enter(original: Any) -> Any:
         if key != _filled_for:
             if _filled_for is not None:
                 logger.info("apc: mesh changed %s -> %s; clearing autoparallel's mesh-blind caches", _filled_for[1], key[1])
-            _reset()
+            clear()
             _filled_for = key
-        return original(self)
+        try:
+            return original(self)
+        except BaseException:
+            logger.info("apc: AutoParallel.__enter__ raised; clearing autoparallel's caches it may have left half-written")
+            clear()
+            raise
 
     __enter__.__apc_wrapped__ = True  # type: ignore[attr-defined]
     return __enter__
