@@ -117,6 +117,29 @@ def test_a_row_that_runs_out_of_time_is_a_timeout_row_with_where_it_was(monkeypa
     assert "timeout 1" in format_table([row]) and "timeout" in _zoo.NOT_TRIED
 
 
+def test_a_row_that_runs_out_of_time_in_a_solve_names_the_problem_size(monkeypatch):
+    """A row that times out while an ILP is being solved says how big that ILP is (BailingHybrid's
+    row did not end in 900 s: autoparallel's ILP has 4.87 M variables for a tiny model), so the
+    row tells a slow solver from an enormous problem."""
+    import time as time_
+
+    import pulp
+
+    from autoparallel_constraints.lab import _zoo
+
+    def solving(family, mesh_shape, dynamic, attn, t0):
+        prob = pulp.LpProblem("p")
+        x = [pulp.LpVariable(f"x{i}", cat=pulp.LpBinary) for i in range(3)]
+        prob += x[0] + x[1] <= 1, "a"
+        prob += x[1] + x[2] <= 1, "b"
+        while prob:
+            time_.sleep(0.01)
+
+    monkeypatch.setattr(_zoo, "_zoo_row", solving)
+    row = zoo_row("llama", (2, 2), dynamic=True, timeout=0.2)
+    assert row.outcome == "timeout" and "solving an ILP of 3 variables and 2 constraints" in row.reason
+
+
 def test_every_row_starts_from_an_empty_strategy_cache(monkeypatch, fresh_strategies):
     """Each family is built from an empty autoparallel cache: in one sweep recurrent_gemma's failed
     build left specs that made the nine families after it fail with its own view_rule error

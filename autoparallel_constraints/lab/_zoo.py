@@ -314,6 +314,22 @@ def _unavailable(family: str, attn: str) -> str | None:
     return None
 
 
+def _problem_at(tb: Any) -> str:
+    """The size of the ILP a timed-out row was solving, from the innermost frame holding one: a
+    solve that does not end is most often autoparallel's problem size (BailingHybrid at tiny sizes:
+    a graph of 7,593 nodes, 4.87 M binary variables), which the frame alone does not say."""
+    import pulp
+
+    prob = None
+    while tb is not None:
+        found = next((v for v in tb.tb_frame.f_locals.values() if isinstance(v, pulp.LpProblem)), None)
+        prob = found if found is not None else prob
+        tb = tb.tb_next
+    if prob is None:
+        return ""
+    return f"; solving an ILP of {prob.numVariables():,} variables and {prob.numConstraints():,} constraints"
+
+
 def zoo_row(family: str, mesh_shape: Sequence[int], *, dynamic: bool, attn: str = "eager",
             timeout: float | None = None) -> ZooRow:
     """Run one family on one mesh with ``attn`` attention (see the module docstring); its row.
@@ -328,7 +344,7 @@ def zoo_row(family: str, mesh_shape: Sequence[int], *, dynamic: bool, attn: str 
         where = origin("".join(traceback.format_list(frames)))
         last = frames[-1] if frames else None
         inner = f"; innermost {last.filename.rsplit('/', 1)[-1]}:{last.lineno} {last.name}" if last else ""
-        reason = f"{exc} (it was in {where}{inner})"
+        reason = f"{exc} (it was in {where}{inner}{_problem_at(exc.__traceback__)})"
         logger.info("zoo %s %s dynamic=%s: %s", family, mesh_shape, dynamic, reason)
         return ZooRow(family=family, mesh=mesh_shape, dynamic=dynamic, outcome="timeout", reason=reason,
                       failure=f"timeout: {reason}", seconds=time.perf_counter() - t0, attn=attn)
