@@ -580,3 +580,45 @@ def test_inputs_read_the_same_way_are_tried_first():
     assert [v.placements for v in combos[1]] == [batch] * 3
     one = [r(Shard(0))] * 1
     assert _reading_combos([one, one]) == ([(one[0], one[0])], 1)
+
+
+_FILL_INDEX_CASES = {
+    # name: (grad_output, weight gradient as the contract says, verdict)
+    "batch": ((Shard(0), Replicate()), (Partial(), Replicate()), "clean"),
+    "columns": ((Replicate(), Shard(2)), (Replicate(), Shard(1)), "clean"),
+    "partial-called-replicate": ((Shard(0), Replicate()), (Replicate(), Replicate()), "output_mismatch"),
+}
+
+
+@pytest.mark.parametrize("case", list(_FILL_INDEX_CASES))
+def test_fill_indices_of_the_embedding_backward_are_proven(case):
+    """BERT-style models look up a token-type embedding at ``zeros`` when no token types are given,
+    so the embedding backward's indices (and its mask) are a fill, the same on every rank. Read in
+    the gradient's own placement (or Replicate) it is proven, and a Partial result called
+    Replicate is still a violation. Before, the fill was not interpreted: on 2x2 roformer,
+    roc_bert, rembert and megatron-bert each had the token-type weight's gradient unproven."""
+    from torch._inductor.decomposition import select_decomp_table
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from autoparallel_constraints.verifier._walk import verify_graph
+
+    grad_p, out_p, verdict = _FILL_INDEX_CASES[case]
+    mesh = cpu_mesh((2, 2))
+    vocab, batch, seq, dim = 2, 4, 8, 16
+    local = [batch, seq, dim]
+    for p in grad_p:
+        if isinstance(p, Shard):
+            local[p.dim] //= 2
+
+    def backward(g: torch.Tensor) -> torch.Tensor:
+        types = torch.zeros(g.shape[:2], dtype=torch.int64, device=g.device)
+        return torch.ops.aten.embedding_dense_backward(g, types, vocab, -1, False)
+
+    gm = make_fx(backward, decomposition_table=select_decomp_table(), tracing_mode="fake")(torch.empty(local))
+    assert any(n.target is torch.ops.aten._unsafe_masked_index_put_accumulate.default for n in gm.graph.nodes)
+    report = verify_graph(gm, mesh, [_spec(mesh, (batch, seq, dim), grad_p)],
+                          [("grad_weight", _spec(mesh, (vocab, dim), out_p))])
+    assert [v.kind for v in report.violations] == ([] if verdict == "clean" else [verdict]), str(report)
+    assert report.ok is (verdict == "clean")
+    if verdict == "clean":
+        assert report.n_unknown == 0 and not report.unproven_outputs, str(report)

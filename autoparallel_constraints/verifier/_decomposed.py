@@ -19,7 +19,10 @@ gradient arrives sharded (unknown, and the embedding weight's gradient unproven)
   Replicate), with no redistribution DTensor would insert;
 * the mask is computed from the indices elementwise and unsqueezed: it must be placed as they are;
 * the destination is a zero fill (valid in any placement, Partial included) or a tensor placed as
-  the result (an accumulation of two tensors in one placement).
+  the result (an accumulation of two tensors in one placement);
+* indices that are a fill (BERT-style models' default ``token_type_ids``: zeros, so the mask is a
+  fill too) hold the same value on every rank, so they can be read in any placement that is not
+  Partial: the values' placements (Partial read as Replicate) are tried first, then Replicate.
 """
 
 from __future__ import annotations
@@ -29,10 +32,10 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch.distributed.tensor.placement_types import Partial
+from torch.distributed.tensor.placement_types import Partial, Replicate
 
 from ..core._placements import fmt_spec
-from ._values import _Fill, _specs_differ, _Unknowable, _Violation, aten
+from ._values import _Fill, _is_spec, _sharded_dim, _specs_differ, _unique, _Unknowable, _Violation, aten
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +56,8 @@ class _Decomposed:
 
         if len(indices) != 1 or indices[0] is None:
             raise _Unknowable(f"{len(indices)} index tensors: only the embedding backward's one is interpreted")
+        if isinstance(indices[0], _Fill) or isinstance(mask, _Fill):
+            return self._masked_accumulate_of_fills(node, destination, mask, indices[0], values)
         index = self._dist(indices[0], "the indices")
         values = self._dist(values, "the values")
         mask = self._dist(mask, "the mask")
@@ -89,3 +94,27 @@ class _Decomposed:
         if isinstance(val, torch.Tensor):
             self._check_local_val(node, result, val)
         return result
+
+    def _masked_accumulate_of_fills(self, node: torch.fx.Node, destination: Any, mask: Any, index: Any, values: Any) -> Any:
+        """:meth:`_masked_accumulate` with fill indices (and mask) read in the first placement that
+        fits: the values' own (Partial read as Replicate), then Replicate."""
+        n_mesh = len(self.sizes)
+        own = [tuple(Replicate() if isinstance(p, Partial) else p for p in values.placements)] if _is_spec(values) else []
+        tried: list[_Violation] = []
+        for cand in _unique([*own, tuple(Replicate() for _ in range(n_mesh))]):
+            def bind(x: Any, cand: tuple[Any, ...] = cand) -> Any:
+                if not isinstance(x, _Fill):
+                    return x
+                if any(_sharded_dim(p) is not None and _sharded_dim(p) >= len(x.local_shape) for p in cand):
+                    return None
+                return self._spec_from_local(x.local_shape, cand, x.dtype)
+            bound_index, bound_mask = bind(index), bind(mask)
+            if bound_index is None or bound_mask is None:
+                continue
+            try:
+                return self._masked_accumulate(node, destination, bound_mask, [bound_index], values)
+            except _Violation as v:
+                tried.append(v)
+        if tried:
+            raise tried[0]
+        raise _Unknowable("no placement of the fill indices fits the values")
