@@ -353,6 +353,31 @@ class _Collectives:
             return _Fill(_concrete(val.shape), pieces[0].value, val.dtype)
         return None
 
+    def _stacked_view(self, node: torch.fx.Node, x: Any) -> Any:
+        """A view of gathered shards that is their cat along the sharded dim, or None.
+
+        ``all_gather`` stacks the shards on a new leading dim, ``[n, *local]``. When every local dim
+        before the sharded dim ``t`` has size 1, viewing that as ``local`` with ``t`` n times longer
+        is the same memory as the cat along ``t`` (DTensor emits it for such tensors: RWKV's
+        ``[1, 1, 64]`` parameters on ``(S(2), S(2))``, gathered over the flattened mesh). Anything
+        else is left to the caller (unknown)."""
+        if not isinstance(x, _Stacked) or x.piece is not None:
+            return None
+        spec = x.spec
+        tdim = _sharded_dim(spec.placements[x.dims[0]])
+        val = node.meta.get("val")
+        if tdim is None or not isinstance(val, torch.Tensor):
+            return None
+        if tuple(_shard_order(spec, tdim)[-len(x.dims):]) != tuple(sorted(x.dims)):
+            return None  # stacked in rank order, which is not the shards' order here
+        local = list(self._local_shape(spec))
+        if any(size != 1 for size in local[:tdim]):
+            return None
+        local[tdim] *= _prod(self.sizes[d] for d in x.dims)
+        if list(_concrete(val.shape)) != local:
+            return None
+        return self._with(spec, {d: Replicate() for d in x.dims})
+
     def _slice_dims(self, piece: _Chunks) -> list[int]:
         """Mesh dims that explain a constant chunk as the tracing rank's shard."""
         return [m for m in range(len(self.sizes))

@@ -22,6 +22,7 @@ from ._report import GraphViolation
 from ._values import (
     _CASTS,
     _SCALAR,
+    _STRICT_VIEW,
     _VIEW_SHAPE_ARG,
     _Chunks,
     _concrete,
@@ -217,6 +218,10 @@ class _Propagation:
         if any(isinstance(a, _Merged) for a in flat):
             return self._contract_merged(node, args, kwargs)
         if any(isinstance(a, (_Stacked, _Chunks, _Restacked)) for a in flat):
+            if node.target in _STRICT_VIEW and len(flat) and isinstance(flat[0], _Stacked):
+                joined = self._stacked_view(node, flat[0])
+                if joined is not None:
+                    return joined
             if _is_view_like(node) or node.target in (aten.permute.default, aten.unsqueeze.default):
                 # DTensor may reassemble gathered shards with views and permutes instead of
                 # chunk+cat: not interpreted (yet), so unknown and the outputs unproven
