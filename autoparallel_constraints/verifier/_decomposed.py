@@ -35,7 +35,7 @@ import torch.fx
 from torch.distributed.tensor.placement_types import Partial, Replicate
 
 from ..core._placements import fmt_spec
-from ._values import _Fill, _is_spec, _sharded_dim, _specs_differ, _unique, _Unknowable, _Violation, aten
+from ._values import _Fill, _is_spec, _specs_differ, _unique, _Unknowable, _Violation, aten
 
 logger = logging.getLogger(__name__)
 
@@ -102,13 +102,7 @@ class _Decomposed:
         own = [tuple(Replicate() if isinstance(p, Partial) else p for p in values.placements)] if _is_spec(values) else []
         tried: list[_Violation] = []
         for cand in _unique([*own, tuple(Replicate() for _ in range(n_mesh))]):
-            def bind(x: Any, cand: tuple[Any, ...] = cand) -> Any:
-                if not isinstance(x, _Fill):
-                    return x
-                if any(_sharded_dim(p) is not None and _sharded_dim(p) >= len(x.local_shape) for p in cand):
-                    return None
-                return self._spec_from_local(x.local_shape, cand, x.dtype)
-            bound_index, bound_mask = bind(index), bind(mask)
+            bound_index, bound_mask = (self._fill_spec(x, cand) if isinstance(x, _Fill) else x for x in (index, mask))
             if bound_index is None or bound_mask is None:
                 continue
             try:

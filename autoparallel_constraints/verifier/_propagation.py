@@ -218,7 +218,7 @@ class _Propagation:
         if any(isinstance(a, _Merged) for a in flat):
             return self._contract_merged(node, args, kwargs)
         if any(isinstance(a, (_Stacked, _Chunks, _Restacked)) for a in flat):
-            if node.target in _STRICT_VIEW and len(flat) and isinstance(flat[0], _Stacked):
+            if node.target in _STRICT_VIEW and isinstance(flat[0], _Stacked):
                 joined = self._stacked_view(node, flat[0])
                 if joined is not None:
                     return joined
@@ -253,13 +253,7 @@ class _Propagation:
         tried = []
         for cand in _unique(tuple(d.placements) for d in dists) + [tuple(Replicate() for _ in self.sizes)]:
             def bind(a: Any, cand: tuple[Placement, ...] = cand) -> Any:
-                if isinstance(a, _Fill):
-                    if len(cand) and any(isinstance(p, Partial) for p in cand) and a.value != 0.0:
-                        return None
-                    if any(_sharded_dim(p) is not None and _sharded_dim(p) >= len(a.local_shape) for p in cand):
-                        return None
-                    return self._spec_from_local(a.local_shape, cand, a.dtype)
-                return a
+                return self._fill_spec(a, cand) if isinstance(a, _Fill) else a
             bound_args = tree_map(bind, args, is_leaf=lambda a: isinstance(a, _Fill))
             bound_kwargs = tree_map(bind, kwargs, is_leaf=lambda a: isinstance(a, _Fill))
             if len(tree_flatten((bound_args, bound_kwargs))[0]) != len(tree_flatten((args, kwargs))[0]):
@@ -273,6 +267,15 @@ class _Propagation:
         if tried:
             raise tried[0]
         return _Unknown("no placement of the fill input fits")
+
+    def _fill_spec(self, fill: _Fill, placements: Sequence[Placement]) -> Any:
+        """``fill`` read in ``placements`` (a constant is valid in any), or None where it cannot be:
+        a Partial of a non-zero value, or a shard of a dim it does not have."""
+        if any(isinstance(p, Partial) for p in placements) and fill.value != 0.0:
+            return None
+        if any(_sharded_dim(p) is not None and _sharded_dim(p) >= len(fill.local_shape) for p in placements):
+            return None
+        return self._spec_from_local(fill.local_shape, placements, fill.dtype)
 
     def _propagate(self, node: torch.fx.Node, args: Any, kwargs: Any) -> Any:
         from torch.distributed.tensor._op_schema import OpSchema
