@@ -123,8 +123,8 @@ def test_clean_baseline_keeps_objective_and_audits_clean(runs, formulation):
 @pytest.mark.parametrize("formulation", FORMS)
 def test_added_names_follow_the_convention(runs, formulation):
     """Every constraint and variable a formulation added (lazy cuts included) is named
-    <formulation>.<family>_<idx> (or size.<kind>_<idx>: the size couplings every formulation
-    shares) and is in the optimizer's problem."""
+    <formulation>.<family>_<idx> (or size.<kind>_<idx> and nested.even_<idx>: the size rows every
+    formulation shares) and is in the optimizer's problem."""
     from autoparallel_constraints.plan._sizes import KINDS
 
     run = runs("forced", formulation)
@@ -132,8 +132,9 @@ def test_added_names_follow_the_convention(runs, formulation):
     assert run.names, f"{formulation} added nothing on the forced case"
     for name in run.names:
         m = NAME.match(name)
-        assert m and (m["form"] == formulation or (m["form"] == "size" and m["family"] in KINDS)), name
-    families = {NAME.match(n)["family"] for n in run.names if not n.startswith("size.")}
+        assert m and (m["form"] == formulation or (m["form"] == "size" and m["family"] in KINDS)
+                  or (m["form"] == "nested" and m["family"] == "even")), name
+    families = {NAME.match(n)["family"] for n in run.names if not n.startswith(("size.", "nested."))}
     expected = {"strict": {"forbid"}, "explicit": {"link", "redistribute"}, "soft": {"elastic", "slack"}, "lazy": {"cut"}}
     assert expected[formulation] <= families, families
 
@@ -170,7 +171,7 @@ def test_bounds_and_row_forbid_the_same(runs, formulation):
         assert run.audit.ok, run.audit
     assert row.summary.objective == pytest.approx(bounds.summary.objective, rel=1e-9)
     def table(names: list[str]) -> list[str]:
-        return [n for n in names if not n.startswith("size.")]
+        return [n for n in names if not n.startswith(("size.", "nested."))]
 
     assert table(bounds.bounds) and not table(bounds.rows)
     assert table(row.rows) and not table(row.bounds)

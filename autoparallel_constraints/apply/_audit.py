@@ -16,7 +16,9 @@ and reports
   the shapes its planned placements imply;
 * ``size_mismatch`` — a shape argument autoparallel localizes by rule that the plan breaks: a
   size read from one tensor's local shard used for a tensor sharded differently, or a concrete
-  size split unevenly (see ``_sizes``).
+  size split unevenly (see ``_sizes``);
+* ``nested_uneven`` — a node whose planned output or input splits a dim over two or more mesh
+  dims by a product that does not divide it, which DTensor cannot execute (see ``_nested``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import torch
 
 from ..core._placements import fmt_spec, local_shape
 from ..errors import AuditError
+from ..plan._nested import nested_uneven_specs
 from ..plan._sizes import size_mismatches
 from ..plan._state import PlannedRedistribute, get_state
 from ..table import Table, bind, check, default_table
@@ -40,7 +43,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["ArgAudit", "AuditReport", "Violation", "audit"]
 
-KINDS = ("not_cosharded", "edge_diverges", "shape_mismatch", "size_mismatch")
+KINDS = ("not_cosharded", "edge_diverges", "shape_mismatch", "size_mismatch", "nested_uneven")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -288,6 +291,8 @@ def audit(autop: Any, *, table: Table | None = None) -> AuditReport:
         violations.append(
             Violation(kind="size_mismatch", node=coupling.consumer.name, op=str(coupling.consumer.target), rule=None, reasons=(why,))
         )
+    for node, why in nested_uneven_specs(placement, mesh_shape):
+        violations.append(Violation(kind="nested_uneven", node=node.name, op=str(node.target), rule=None, reasons=(why,)))
     verification = record.verification
     if verification is None and record.parallel_gm is not None:
         verification = verify(autop, gm=record.parallel_gm, placement=record.placement, table=table)

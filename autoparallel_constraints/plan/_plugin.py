@@ -23,6 +23,7 @@ from ..formulations._sites import Site, find_sites
 from ..table import OpRule, Table, default_table
 from . import _solvers
 from ._cache_guard import check_strategies
+from ._nested import build_nested_constraints, rebudget_parameter_memory
 from ._report import LazyRound, build_report, emit
 from ._sizes import build_size_constraints, find_size_couplings, is_dynamic
 from ._state import VERIFY_MODES, AddedConstraints, PluginState, PriorBounds, families, get_state
@@ -131,7 +132,9 @@ def add_op_constraints(
         sizes: add the size couplings (``_sizes``): a factory op, or with ``dynamic=True`` a view
             op, whose shape comes from ``sym_size(x, d)`` is sharded on that dim exactly like
             ``x``, and one with a concrete size splits it only evenly (autoparallel's apply
-            localizes these sizes by rule). Hard in every formulation; ``False`` leaves them out.
+            localizes these sizes by rule); and no tensor dim is split over two or more mesh dims
+            by a product that does not divide it (``_nested``: DTensor cannot view or
+            redistribute such a shard). Hard in every formulation; ``False`` leaves them out.
         **options: options of the formulation.
 
     Returns:
@@ -168,6 +171,8 @@ def add_op_constraints(
         else []
     )
     additions.merge(build_size_constraints(opt, couplings, Namer("size", taken=opt.prob.constraints), to_opt))
+    if sizes:
+        additions.merge(build_nested_constraints(opt, Namer("nested", taken=opt.prob.constraints)))
     prior_bounds = _add_atomically(opt.prob, additions)
     build_seconds = time.perf_counter() - t0
 
@@ -305,8 +310,9 @@ def _install_optimizer_hooks(opt: ShardingOptimizer, state: PluginState) -> None
 
     autoparallel (re)sets the objective in ``get_solution`` (``_set_objective``), replacing any
     term added to ``prob`` beforehand, so the terms are appended right after it sets its own.
-    autoparallel rebuilds its memory rows at the end of the problem before each solve; the
-    plugin's rows are then moved behind them (:func:`_rows_last`).
+    autoparallel rebuilds its memory rows at the end of the problem before each solve; with the
+    nested-shard rows their budget is recomputed over the strategies left (``_nested``), and the
+    plugin's rows are moved behind them (:func:`_rows_last`).
     ``_solve`` (used by ``get_solution`` and ``resolve``) becomes: check pins; solve with the
     chosen solver (``_solvers``); let the formulation add rows and re-solve while it asks to
     (``lazy``); explain an infeasible problem (``_explain``); build and emit the report.
@@ -317,6 +323,8 @@ def _install_optimizer_hooks(opt: ShardingOptimizer, state: PluginState) -> None
 
     def _apply_memory_constraint(self: Any) -> None:
         apply_memory()
+        if any(name.startswith("nested.") for name in state.additions.constraints):
+            rebudget_parameter_memory(self)
         _rows_last(self.prob, state.additions.constraints)
 
     def _set_objective(self: Any) -> None:

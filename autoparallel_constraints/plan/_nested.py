@@ -1,0 +1,257 @@
+"""Nested uneven shards: placements DTensor cannot execute, kept out of every plan.
+
+A tensor dim split by two or more mesh dims is a *nested* shard: the first mesh dim chunks it,
+the next chunks each chunk. When the product of those mesh dims' sizes does not divide the dim,
+the ranks hold different local sizes at the inner level, and DTensor (torch 2.13–2.15) refuses or
+miscomputes the ops a plan then needs:
+
+* a view that flattens or splits the dim raises in DTensor's view rule: ``[4, 6, 16]`` on
+  ``(S(1), S(1), R)`` viewed as ``[4, 96]`` gives "shape '[4, 24]' is invalid for input of size
+  128"; a Falcon-style fused qkv of ``heads + 2`` heads on 2×2×2 gives "Cannot shard unevenly
+  distributed tensor: dimension 2 (size 5) is not evenly divisible by mesh dimension 1 (size 2)";
+* autoparallel a54c252's apply gathers such a tensor on the flattened mesh as if it were chunked
+  flat (``_optimize_same_nd_sharding_as_1d``): ``nn.Linear(6, 10)`` on 2×2 stores its bias
+  ``(S(0), S(0))`` (rows 3, 2, 3, 2, gathered as 3, 3, 3, 1), and the output and the bias gradient
+  come out wrong with no error;
+* under ``compile_on_one_rank`` its redistribution guards on a data-dependent size.
+
+A single mesh dim splitting a dim unevenly is not this case (DTensor pads it); neither is a nested
+split the product divides. The family is deliberately whole: it forbids every strategy that
+produces or expects a nested uneven shard anywhere, rather than the ops known to fail, because
+each op that consumes such a tensor must first redistribute it, which is where two of the three
+failures above happen.
+
+Math (node n, strategy o, autoparallel's 0/1 variables x[n,0,o,j]; a spec s of shape S; mesh
+sizes M_m; D_s(d) = {m : s.placements[m] shards dim d}):
+
+    nested_uneven(s)  ⇔  ∃ d : |D_s(d)| ≥ 2  and  S[d] mod Π_{m ∈ D_s(d)} M_m ≠ 0
+    U_n = {o : nested_uneven(s) for an output spec or an input spec s of strategy o}
+
+    (N1) even:  Σ_{o ∈ U_n} Σ_j x[n,0,o,j] = 0          (one row per node with U_n ≠ ∅)
+
+Hard in every formulation (no redistribution can make a nested uneven shard executable), built
+by :func:`build_nested_constraints` (``nested.even_<idx>``) under ``add_op_constraints(sizes=True)``
+(the default), checked on a plan by :func:`nested_uneven_specs` (the audit's ``nested_uneven``).
+A node whose every strategy is nested uneven gets no row: the plan cannot avoid it, the row would
+only make the ILP infeasible; it is logged and the audit reports it.
+
+**The parameter memory budget.** autoparallel's ``add_parameter_memory_constraint`` budgets each
+parameter at ``max(best ratio, factor)``, its best ratio taken over *all* its strategies; for a
+parameter whose only fully split strategy is nested uneven (a bias of 10 on 2×2: ``(S(0), S(0))``
+holds 3 of 10 rows, every executable one 5) the budget is then out of reach and the ILP turns
+infeasible. :func:`rebudget_parameter_memory` recomputes the budget with the same rule over the
+strategies (N1) leaves (``max(best allowed ratio, factor)``), after autoparallel rebuilds its rows
+before each solve.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pulp
+import torch
+
+from ..core._placements import fmt_spec
+from ..table._model import _shard_dim
+
+if TYPE_CHECKING:
+    from autoparallel.optimize_sharding import ShardingOptimizer
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec
+
+    from ..formulations import Additions, Namer
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["NestedUneven", "build_nested_constraints", "nested_uneven", "nested_uneven_specs", "rebudget_parameter_memory"]
+
+
+@dataclass(frozen=True, slots=True)
+class NestedUneven:
+    """Tensor dim ``dim`` of size ``size`` split by ``mesh_dims`` (≥ 2), whose product does not divide it."""
+
+    dim: int
+    size: int
+    mesh_dims: tuple[int, ...]
+    ways: int
+
+    def __str__(self) -> str:
+        return f"dim {self.dim} (size {self.size}) split {self.ways} ways over mesh dims {self.mesh_dims}"
+
+
+def _shape(spec: DTensorSpec, fallback: Any = None) -> tuple[int, ...] | None:
+    meta = getattr(spec, "tensor_meta", None)
+    shape = meta.shape if meta is not None else getattr(fallback, "shape", None)
+    if shape is None:
+        return None
+    try:
+        return tuple(int(s) for s in shape)
+    except (TypeError, ValueError):  # unbacked size: undecidable here
+        return None
+
+
+def nested_uneven(spec: Any, mesh_shape: Sequence[int], fallback: Any = None) -> NestedUneven | None:
+    """The first tensor dim ``spec`` splits unevenly over two or more mesh dims, or None.
+
+    ``fallback``: a tensor whose shape stands in when ``spec`` has no tensor metadata.
+    """
+    placements = getattr(spec, "placements", None)
+    if placements is None:
+        return None
+    by_dim: dict[int, list[int]] = {}
+    for m, p in enumerate(placements):
+        d = _shard_dim(p)
+        if d is not None:
+            by_dim.setdefault(d, []).append(m)
+    nested = {d: ms for d, ms in by_dim.items() if len(ms) >= 2}
+    if not nested:
+        return None
+    shape = _shape(spec, fallback)
+    if shape is None:
+        return None
+    for d, ms in sorted(nested.items()):
+        d = d % len(shape) if shape else d
+        ways = math.prod(mesh_shape[m] for m in ms)
+        if d < len(shape) and shape[d] % ways:
+            return NestedUneven(dim=d, size=shape[d], mesh_dims=tuple(ms), ways=ways)
+    return None
+
+
+def _specs(specs: Any) -> Iterator[Any]:
+    if isinstance(specs, (list, tuple)):
+        for s in specs:
+            yield from _specs(s)
+    elif specs is not None:
+        yield specs
+
+
+def _strategy_uneven(strategy: Any, mesh_shape: Sequence[int], out_val: Any) -> tuple[str, Any, NestedUneven] | None:
+    """(``"output"`` or ``"input <i>"``, the spec, what is uneven) for a strategy, or None."""
+    outs = list(_specs(strategy.output_specs))
+    vals = list(_specs(out_val)) if isinstance(out_val, (list, tuple)) else [out_val]
+    for k, spec in enumerate(outs):
+        found = nested_uneven(spec, mesh_shape, vals[k] if k < len(vals) else None)
+        if found is not None:
+            return "output", spec, found
+    for i, spec in enumerate(_specs(strategy.input_specs or ())):
+        found = nested_uneven(spec, mesh_shape)
+        if found is not None:
+            return f"input {i}", spec, found
+    return None
+
+
+def nested_uneven_specs(
+    placement: dict[torch.fx.Node, Any], mesh_shape: Sequence[int]
+) -> list[tuple[torch.fx.Node, str]]:
+    """Every node of a plan (node -> chosen strategy) that produces or expects a nested uneven shard, with why."""
+    bad = []
+    for node, strategy in placement.items():
+        found = _strategy_uneven(strategy, mesh_shape, node.meta.get("val"))
+        if found is not None:
+            where, spec, what = found
+            bad.append((node, f"{where} {fmt_spec(spec)}: {what}, which DTensor cannot view or redistribute"))
+    return bad
+
+
+def build_nested_constraints(opt: ShardingOptimizer, namer: Namer) -> Additions:
+    """(N1) for every node of ``opt`` with a nested uneven strategy, deduplicated across repeated layers."""
+    from ..formulations import Additions
+    from ..formulations._sites import strategy_indicator
+
+    out = Additions()
+    mesh_shape = tuple(opt.mesh.shape)
+    if sum(s > 1 for s in mesh_shape) < 2:
+        return out  # nesting needs two mesh dims of size > 1
+    seen: set[tuple[str, ...]] = set()
+    cache: dict[tuple[Any, ...], tuple[str, Any, NestedUneven] | None] = {}
+    unavoidable = []
+    for node, op_strategy in opt.strats.items():
+        strategies = getattr(op_strategy, "strategies", None)
+        if not strategies:
+            continue
+        val = node.meta.get("val")
+        bad: list[int] = []
+        example: tuple[str, Any, NestedUneven] | None = None
+        for o, strategy in enumerate(strategies):
+            key = _key(strategy, val)
+            if key not in cache:
+                cache[key] = _strategy_uneven(strategy, mesh_shape, val)
+            if cache[key] is not None:
+                bad.append(o)
+                example = example or cache[key]
+        if not bad:
+            continue
+        if len(bad) == len(strategies):
+            unavoidable.append(node.name)
+            continue
+        idx = opt.node_map[node]
+        terms = [v for o in bad for v in strategy_indicator(opt, idx, o)]
+        names = tuple(sorted(v.name for v in terms))
+        if names in seen:  # a repeated layer's node linked to the same variables
+            continue
+        seen.add(names)
+        name = namer("even")
+        out.constraints[name] = pulp.lpSum(terms) == 0
+        where, spec, what = example
+        out.notes[name] = (f"{node.name}: its {len(bad)} strategies with a nested uneven shard are forbidden "
+                           f"(e.g. {where} {fmt_spec(spec)}: {what})")
+    if unavoidable:
+        logger.warning("apc nested: every strategy of %s splits a dim unevenly over two mesh dims; "
+                       "left to the plan (the audit reports it)", ", ".join(unavoidable))
+    logger.debug("apc nested: %d constraints", len(out.constraints))
+    return out
+
+
+def _key(strategy: Any, val: Any) -> tuple[Any, ...]:
+    """Placements and shapes of a strategy's specs: what :func:`_strategy_uneven` reads."""
+    def one(spec: Any) -> tuple[Any, ...]:
+        return (tuple(spec.placements), _shape(spec))
+
+    shape = _shape(None, val) if isinstance(val, torch.Tensor) else None
+    return (tuple(one(s) for s in _specs(strategy.output_specs)), shape,
+            tuple(one(s) for s in _specs(strategy.input_specs or ())))
+
+
+def _forbidden(opt: ShardingOptimizer, node: torch.fx.Node, mesh_shape: Sequence[int]) -> set[int]:
+    val = node.meta.get("val")
+    return {o for o, st in enumerate(opt.strats[node].strategies) if _strategy_uneven(st, mesh_shape, val) is not None}
+
+
+def rebudget_parameter_memory(opt: ShardingOptimizer) -> float:
+    """Raise autoparallel's parameter memory rows by what (N1) takes from each parameter's best
+    ratio (see the module docstring); returns the budget added (0.0 when nothing changed)."""
+    rows = opt.prob.constraints
+    factors = getattr(opt, "_memory_constraint", None)
+    high_row, low_row = rows.get("memory_constraint_high"), rows.get("memory_constraint_low")
+    if factors is None or high_row is None or low_row is None:
+        return 0.0
+    from torch._functorch._aot_autograd.fx_utils import get_param_nodes
+
+    factor_low, factor_high = factors
+    mesh_shape = tuple(opt.mesh.shape)
+    add_high = add_low = 0.0
+    for node in get_param_nodes(opt.graph):
+        forbidden = _forbidden(opt, node, mesh_shape)
+        if not forbidden:
+            continue
+        idx = opt.node_map[node]
+        ratios = {}
+        for o in range(len(opt.strats[node].strategies)):
+            var = opt._resolve_decision_var((idx, 0, o, 0)).var
+            if var in high_row:  # absent: a user-pinned parameter, which autoparallel leaves out
+                ratios[o] = high_row[var]
+        allowed = [r for o, r in ratios.items() if o not in forbidden]
+        if not allowed or len(allowed) == len(ratios):
+            continue
+        best, best_allowed = min(ratios.values()), min(allowed)
+        add_high += max(best_allowed, factor_high) - max(best, factor_high)
+        add_low += max(best_allowed, factor_low) - max(best, factor_low)
+    # pulp keeps ``expr <= b`` as ``expr - b <= 0``: a larger budget is a smaller constant
+    high_row.constant -= add_high
+    low_row.constant -= add_low
+    if add_high:
+        logger.info("apc nested: parameter memory budget raised by %.4f (the best executable ratios)", add_high)
+    return add_high

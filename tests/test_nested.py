@@ -1,0 +1,102 @@
+"""Guards the nested-uneven-shard family (``_nested``): no plan splits a tensor dim over two or
+more mesh dims by a product that does not divide it, because DTensor cannot execute that.
+
+The case: ``nn.Linear(6, 10)`` on 2×2 with autoparallel's parameter memory constraint. autoparallel
+a54c252 stores the bias ``(S(0), S(0))`` (rows 3, 2, 3, 2) and its apply gathers it as if chunked
+flat (3, 3, 3, 1): with a batch of 8 the parallel graph raises "shape '[3]' is invalid for input
+of size 2" (with a batch of 6 it runs and the output and bias gradient are wrong, see
+tests/test_numerics_harness.py); the verifier passes the plan (it reasons on placements, not on
+chunk sizes). With the default call the bias
+is never nested uneven and the numbers are exact; with ``sizes=False`` (no family) the same call is
+wrong again, so it is the family that fixes it. The memory budget autoparallel derives from the
+bias's best ratio (3/10, nested) is recomputed over the executable strategies, else the ILP would
+be infeasible.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+
+import autoparallel_constraints as apc
+from autoparallel_constraints.plan._nested import nested_uneven
+from autoparallel_constraints.testing import cpu_mesh, run_numerics
+
+S0, R = Shard(0), Replicate()
+
+
+def _spec(mesh_shape: tuple[int, ...], placements: tuple, shape: tuple[int, ...]) -> DTensorSpec:
+    meta = TensorMeta(torch.Size(shape), torch.empty(shape, device="meta").stride(), torch.float32)
+    return DTensorSpec(cpu_mesh(mesh_shape), placements, meta)
+
+
+@pytest.mark.parametrize(
+    ("mesh_shape", "placements", "shape", "uneven"),
+    [
+        ((2, 2), (S0, S0), (10,), (0, 10, (0, 1), 4)),
+        ((2, 2), (S0, S0), (8,), None),  # the product divides it
+        ((2, 2), (S0, Shard(1)), (10, 6), None),  # one mesh dim per tensor dim: DTensor pads
+        ((2, 2), (Shard(1), Shard(1)), (4, 6, 16), (1, 6, (0, 1), 4)),  # the view that fails in DTensor
+        ((2, 2, 2), (Shard(2), R, Shard(2)), (8, 8, 6, 16), (2, 6, (0, 2), 4)),  # fused heads + 2 on 3-D
+        ((2, 2, 2), (S0, S0, S0), (12,), (0, 12, (0, 1, 2), 8)),
+        ((2, 2, 2), (S0, S0, S0), (16,), None),
+    ],
+)
+def test_nested_uneven_reads_the_split(mesh_shape, placements, shape, uneven) -> None:
+    """A dim is nested uneven exactly when two or more mesh dims split it and their product does
+    not divide its size; the finding names the dim, size, mesh dims and ways."""
+    found = nested_uneven(_spec(mesh_shape, placements, shape), mesh_shape)
+    got = None if found is None else (found.dim, found.size, found.mesh_dims, found.ways)
+    assert got == uneven
+
+
+def _linear():
+    return lambda: nn.Linear(6, 10), lambda: torch.randn(8, 6)
+
+
+def test_bias_split_unevenly_wrong_alone_exact_with_the_default_call() -> None:
+    """autoparallel alone: bias (S(0), S(0)) over 10 rows, wrong output and bias gradient, and the
+    audit names it ``nested_uneven``; the default call: no nested uneven placement, exact, clean,
+    with the family's rows named and the memory constraint still feasible; ``sizes=False``: wrong."""
+    audits = {}
+
+    def audit_into(key):
+        return lambda autop: audits.__setitem__(key, apc.audit(autop))
+
+    alone = run_numerics(*_linear(), (2, 2), after_apply=audit_into("alone"))
+    assert alone.physical["param:bias"] == (S0, S0), alone.placement_summary
+    assert not alone.ok, str(alone)  # at a54c252: "shape '[3]' is invalid for input of size 2"
+    assert [v.node for v in audits["alone"].by_kind("nested_uneven")], str(audits["alone"])
+
+    added = {}
+
+    def default_call(autop):
+        added["rows"] = autop.add_op_constraints()
+
+    fixed = run_numerics(*_linear(), (2, 2), configure=default_call, after_apply=audit_into("default"))
+    assert fixed.error is None, fixed.error
+    assert fixed.ok, str(fixed)
+    assert fixed.physical["param:bias"] != (S0, S0)
+    assert audits["default"].ok, str(audits["default"])
+    assert added["rows"].constraints.get("nested.even", 0) > 0, added["rows"]
+
+    without = run_numerics(*_linear(), (2, 2), configure=lambda autop: autop.add_op_constraints(sizes=False, verify="off"))
+    assert without.physical["param:bias"] == (S0, S0) and not without.ok, str(without)
+
+
+@pytest.mark.full
+def test_bias_split_unevenly_on_a_3d_mesh() -> None:
+    """On 2×2×2 autoparallel alone splits ``nn.Linear(6, 10)`` so that its apply cannot redistribute
+    (at a54c252: "GuardOnDataDependentSymNode: Could not guard on data-dependent expression" while
+    applying); the default call's plan has no nested uneven shard and its numbers are exact."""
+    alone = run_numerics(*_linear(), (2, 2, 2))
+    assert not alone.ok, str(alone)
+    fixed = run_numerics(*_linear(), (2, 2, 2), configure=lambda autop: autop.add_op_constraints())
+    assert fixed.error is None and fixed.ok, str(fixed)
+    mesh_shape = (2, 2, 2)
+    for name, placements in fixed.physical.items():
+        shape = (10,) if name.endswith("bias") else (10, 6)
+        assert nested_uneven(_spec(mesh_shape, placements, shape), mesh_shape) is None, (name, placements)
