@@ -23,7 +23,7 @@ from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 
 import autoparallel_constraints as apc
 from autoparallel_constraints.plan._nested import nested_uneven
-from autoparallel_constraints.testing import cpu_mesh, run_numerics
+from autoparallel_constraints.testing import cpu_mesh, pin_strategy, run_numerics
 
 S0, R = Shard(0), Replicate()
 
@@ -43,6 +43,8 @@ def _spec(mesh_shape: tuple[int, ...], placements: tuple, shape: tuple[int, ...]
         ((2, 2, 2), (Shard(2), R, Shard(2)), (8, 8, 6, 16), (2, 6, (0, 2), 4)),  # fused heads + 2 on 3-D
         ((2, 2, 2), (S0, S0, S0), (12,), (0, 12, (0, 1, 2), 8)),
         ((2, 2, 2), (S0, S0, S0), (16,), None),
+        ((2, 1, 2), (S0, S0, R), (5,), None),  # a mesh dim of size 1 splits nothing
+        ((2, 1, 2), (S0, R, S0), (6,), (0, 6, (0, 2), 4)),
     ],
 )
 def test_nested_uneven_reads_the_split(mesh_shape, placements, shape, uneven) -> None:
@@ -97,6 +99,26 @@ def test_bias_split_unevenly_on_a_3d_mesh() -> None:
     fixed = run_numerics(*_linear(), (2, 2, 2), configure=lambda autop: autop.add_op_constraints())
     assert fixed.error is None and fixed.ok, str(fixed)
     mesh_shape = (2, 2, 2)
-    for name, placements in fixed.physical.items():
-        shape = (10,) if name.endswith("bias") else (10, 6)
+    shapes = {"bias": (10,), "weight": (10, 6)}
+    params = {n: p for n, p in fixed.physical.items() if n.split(":")[0] in ("param", "grad")}
+    assert len(params) == 4, fixed.physical
+    for name, placements in params.items():
+        shape = shapes[name.split(":")[1]]
         assert nested_uneven(_spec(mesh_shape, placements, shape), mesh_shape) is None, (name, placements)
+
+
+def test_a_pinned_parameter_keeps_the_memory_budget_solvable() -> None:
+    """autoparallel leaves a user-pinned parameter out of its memory rows; the budget recomputation
+    skips it too (it once read the pinned bias's ratio from a row that does not hold it and raised
+    KeyError in every solve). Bias pinned (R, R): the default call solves and is exact."""
+
+    def pin_bias_then_default_call(autop):
+        opt = autop.sharding_optimizer
+        bias = next(n for n in opt.graph.nodes if n.op == "placeholder" and tuple(n.meta["val"].shape) == (10,))
+        replicate = next(i for i, st in enumerate(opt.strats[bias].strategies) if st.output_specs.placements == (R, R))
+        pin_strategy(autop, bias, replicate)
+        autop.add_op_constraints()
+
+    report = run_numerics(*_linear(), (2, 2), configure=pin_bias_then_default_call)
+    assert report.error is None and report.ok, str(report)
+    assert report.physical["param:bias"] == (R, R)

@@ -33,7 +33,10 @@ Hard in every formulation (no redistribution can make a nested uneven shard exec
 by :func:`build_nested_constraints` (``nested.even_<idx>``) under ``add_op_constraints(sizes=True)``
 (the default), checked on a plan by :func:`nested_uneven_specs` (the audit's ``nested_uneven``).
 A node whose every strategy is nested uneven gets no row: the plan cannot avoid it, the row would
-only make the ILP infeasible; it is logged and the audit reports it.
+only make the ILP infeasible; it is logged and the audit reports it. A user pin on a nested uneven
+strategy conflicts with the row: the solve is infeasible and the explanation names both. Mesh dims
+of size 1 split nothing and are not counted. A ``_StridedShard`` counts like a shard of its dim
+(the product test); its split factor is not checked.
 
 **The parameter memory budget.** autoparallel's ``add_parameter_memory_constraint`` budgets each
 parameter at ``max(best ratio, factor)``, its best ratio taken over *all* its strategies; for a
@@ -82,40 +85,46 @@ class NestedUneven:
         return f"dim {self.dim} (size {self.size}) split {self.ways} ways over mesh dims {self.mesh_dims}"
 
 
-def _shape(spec: DTensorSpec, fallback: Any = None) -> tuple[int, ...] | None:
+def _shape(spec: DTensorSpec | None, fallback: Any = None) -> tuple[int, ...] | None:
+    """Concrete sizes of ``spec`` (or of ``fallback``), from hints: never a guard on a SymInt."""
     meta = getattr(spec, "tensor_meta", None)
     shape = meta.shape if meta is not None else getattr(fallback, "shape", None)
     if shape is None:
         return None
-    try:
-        return tuple(int(s) for s in shape)
-    except (TypeError, ValueError):  # unbacked size: undecidable here
-        return None
+    out = []
+    for s in shape:
+        if isinstance(s, int):
+            out.append(s)
+            continue
+        hint = getattr(getattr(s, "node", None), "hint", None)
+        if hint is None:  # unbacked: undecidable here
+            return None
+        out.append(int(hint))
+    return tuple(out)
 
 
 def nested_uneven(spec: Any, mesh_shape: Sequence[int], fallback: Any = None) -> NestedUneven | None:
     """The first tensor dim ``spec`` splits unevenly over two or more mesh dims, or None.
 
-    ``fallback``: a tensor whose shape stands in when ``spec`` has no tensor metadata.
+    Mesh dims of size 1 split nothing and are not counted. ``fallback``: a tensor whose shape
+    stands in when ``spec`` has no tensor metadata.
     """
     placements = getattr(spec, "placements", None)
     if placements is None:
         return None
-    by_dim: dict[int, list[int]] = {}
-    for m, p in enumerate(placements):
-        d = _shard_dim(p)
-        if d is not None:
-            by_dim.setdefault(d, []).append(m)
-    nested = {d: ms for d, ms in by_dim.items() if len(ms) >= 2}
-    if not nested:
+    dims = [(m, _shard_dim(p)) for m, p in enumerate(placements) if mesh_shape[m] > 1]
+    dims = [(m, d) for m, d in dims if d is not None]
+    if len(dims) < 2:
         return None
     shape = _shape(spec, fallback)
-    if shape is None:
+    if not shape:
         return None
-    for d, ms in sorted(nested.items()):
-        d = d % len(shape) if shape else d
+    by_dim: dict[int, list[int]] = {}
+    for m, d in dims:
+        by_dim.setdefault(d % len(shape), []).append(m)
+    for d, ms in sorted(by_dim.items()):
         ways = math.prod(mesh_shape[m] for m in ms)
-        if d < len(shape) and shape[d] % ways:
+        if len(ms) >= 2 and shape[d] % ways:
             return NestedUneven(dim=d, size=shape[d], mesh_dims=tuple(ms), ways=ways)
     return None
 
@@ -220,38 +229,45 @@ def _forbidden(opt: ShardingOptimizer, node: torch.fx.Node, mesh_shape: Sequence
     return {o for o, st in enumerate(opt.strats[node].strategies) if _strategy_uneven(st, mesh_shape, val) is not None}
 
 
-def rebudget_parameter_memory(opt: ShardingOptimizer) -> float:
+def rebudget_parameter_memory(opt: ShardingOptimizer) -> tuple[float, float]:
     """Raise autoparallel's parameter memory rows by what (N1) takes from each parameter's best
-    ratio (see the module docstring); returns the budget added (0.0 when nothing changed)."""
+    ratio (see the module docstring); returns what was added to the (high, low) budgets.
+
+    Parameters a user pinned are skipped, as autoparallel leaves them out of the rows."""
     rows = opt.prob.constraints
     factors = getattr(opt, "_memory_constraint", None)
     high_row, low_row = rows.get("memory_constraint_high"), rows.get("memory_constraint_low")
     if factors is None or high_row is None or low_row is None:
-        return 0.0
+        return 0.0, 0.0
     from torch._functorch._aot_autograd.fx_utils import get_param_nodes
 
     factor_low, factor_high = factors
     mesh_shape = tuple(opt.mesh.shape)
+    pinned = set(getattr(opt, "_node_constraint_names", {}).values())
     add_high = add_low = 0.0
     for node in get_param_nodes(opt.graph):
+        if node.name in pinned:
+            continue
         forbidden = _forbidden(opt, node, mesh_shape)
         if not forbidden:
             continue
         idx = opt.node_map[node]
         ratios = {}
         for o in range(len(opt.strats[node].strategies)):
-            var = opt._resolve_decision_var((idx, 0, o, 0)).var
-            if var in high_row:  # absent: a user-pinned parameter, which autoparallel leaves out
-                ratios[o] = high_row[var]
+            # LpConstraint.get, not `in`: `var in row` compares variables with ==, which builds a
+            # constraint (always truthy)
+            ratio = high_row.get(opt._resolve_decision_var((idx, 0, o, 0)).var, None)
+            if ratio is not None:
+                ratios[o] = ratio
         allowed = [r for o, r in ratios.items() if o not in forbidden]
         if not allowed or len(allowed) == len(ratios):
             continue
         best, best_allowed = min(ratios.values()), min(allowed)
         add_high += max(best_allowed, factor_high) - max(best, factor_high)
         add_low += max(best_allowed, factor_low) - max(best, factor_low)
-    # pulp keeps ``expr <= b`` as ``expr - b <= 0``: a larger budget is a smaller constant
+    # pulp keeps ``expr <= b`` (and ``>= b``) as ``expr - b``: a larger budget is a smaller constant
     high_row.constant -= add_high
     low_row.constant -= add_low
-    if add_high:
-        logger.info("apc nested: parameter memory budget raised by %.4f (the best executable ratios)", add_high)
-    return add_high
+    if add_high or add_low:
+        logger.info("apc nested: parameter memory budget raised by %.4f / %.4f (best executable ratios)", add_high, add_low)
+    return add_high, add_low
