@@ -60,6 +60,7 @@ import torch
 
 from ..core._placements import fmt_spec
 from ..table._model import _shard_dim
+from ._sizes import _hint
 
 if TYPE_CHECKING:
     from autoparallel.optimize_sharding import ShardingOptimizer
@@ -69,7 +70,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["NestedUneven", "build_nested_constraints", "nested_uneven", "nested_uneven_specs", "rebudget_parameter_memory"]
+__all__ = ["NestedRows", "NestedUneven", "build_nested_constraints", "nested_uneven", "nested_uneven_specs", "rebudget_parameter_memory"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,22 +86,23 @@ class NestedUneven:
         return f"dim {self.dim} (size {self.size}) split {self.ways} ways over mesh dims {self.mesh_dims}"
 
 
+@dataclass(frozen=True, slots=True)
+class NestedRows:
+    """What :func:`build_nested_constraints` adds, and the strategies (N1) forbids per node (read
+    again before every solve by :func:`rebudget_parameter_memory`, not recomputed)."""
+
+    additions: Additions
+    forbidden: dict[torch.fx.Node, frozenset[int]]
+
+
 def _shape(spec: DTensorSpec | None, fallback: Any = None) -> tuple[int, ...] | None:
     """Concrete sizes of ``spec`` (or of ``fallback``), from hints: never a guard on a SymInt."""
     meta = getattr(spec, "tensor_meta", None)
     shape = meta.shape if meta is not None else getattr(fallback, "shape", None)
     if shape is None:
         return None
-    out = []
-    for s in shape:
-        if isinstance(s, int):
-            out.append(s)
-            continue
-        hint = getattr(getattr(s, "node", None), "hint", None)
-        if hint is None:  # unbacked: undecidable here
-            return None
-        out.append(int(hint))
-    return tuple(out)
+    sizes = [_hint(s) for s in shape]
+    return None if None in sizes else tuple(sizes)  # an unbacked size: undecidable here
 
 
 def nested_uneven(spec: Any, mesh_shape: Sequence[int], fallback: Any = None) -> NestedUneven | None:
@@ -165,15 +167,16 @@ def nested_uneven_specs(
     return bad
 
 
-def build_nested_constraints(opt: ShardingOptimizer, namer: Namer) -> Additions:
+def build_nested_constraints(opt: ShardingOptimizer, namer: Namer) -> NestedRows:
     """(N1) for every node of ``opt`` with a nested uneven strategy, deduplicated across repeated layers."""
     from ..formulations import Additions
     from ..formulations._sites import strategy_indicator
 
     out = Additions()
+    forbidden: dict[torch.fx.Node, frozenset[int]] = {}
     mesh_shape = tuple(opt.mesh.shape)
     if sum(s > 1 for s in mesh_shape) < 2:
-        return out  # nesting needs two mesh dims of size > 1
+        return NestedRows(out, forbidden)  # nesting needs two mesh dims of size > 1
     seen: set[tuple[str, ...]] = set()
     cache: dict[tuple[Any, ...], tuple[str, Any, NestedUneven] | None] = {}
     unavoidable = []
@@ -196,6 +199,7 @@ def build_nested_constraints(opt: ShardingOptimizer, namer: Namer) -> Additions:
         if len(bad) == len(strategies):
             unavoidable.append(node.name)
             continue
+        forbidden[node] = frozenset(bad)
         idx = opt.node_map[node]
         terms = [v for o in bad for v in strategy_indicator(opt, idx, o)]
         names = tuple(sorted(v.name for v in terms))
@@ -211,7 +215,7 @@ def build_nested_constraints(opt: ShardingOptimizer, namer: Namer) -> Additions:
         logger.warning("apc nested: every strategy of %s splits a dim unevenly over two mesh dims; "
                        "left to the plan (the audit reports it)", ", ".join(unavoidable))
     logger.debug("apc nested: %d constraints", len(out.constraints))
-    return out
+    return NestedRows(out, forbidden)
 
 
 def _key(strategy: Any, val: Any) -> tuple[Any, ...]:
@@ -224,14 +228,12 @@ def _key(strategy: Any, val: Any) -> tuple[Any, ...]:
             tuple(one(s) for s in _specs(strategy.input_specs or ())))
 
 
-def _forbidden(opt: ShardingOptimizer, node: torch.fx.Node, mesh_shape: Sequence[int]) -> set[int]:
-    val = node.meta.get("val")
-    return {o for o, st in enumerate(opt.strats[node].strategies) if _strategy_uneven(st, mesh_shape, val) is not None}
-
-
-def rebudget_parameter_memory(opt: ShardingOptimizer) -> tuple[float, float]:
+def rebudget_parameter_memory(
+    opt: ShardingOptimizer, forbidden: dict[torch.fx.Node, frozenset[int]]
+) -> tuple[float, float]:
     """Raise autoparallel's parameter memory rows by what (N1) takes from each parameter's best
     ratio (see the module docstring); returns what was added to the (high, low) budgets.
+    ``forbidden``: the strategies (N1) forbids per node (:attr:`NestedRows.forbidden`).
 
     Parameters a user pinned are skipped, as autoparallel leaves them out of the rows."""
     rows = opt.prob.constraints
@@ -242,14 +244,13 @@ def rebudget_parameter_memory(opt: ShardingOptimizer) -> tuple[float, float]:
     from torch._functorch._aot_autograd.fx_utils import get_param_nodes
 
     factor_low, factor_high = factors
-    mesh_shape = tuple(opt.mesh.shape)
     pinned = set(getattr(opt, "_node_constraint_names", {}).values())
     add_high = add_low = 0.0
     for node in get_param_nodes(opt.graph):
         if node.name in pinned:
             continue
-        forbidden = _forbidden(opt, node, mesh_shape)
-        if not forbidden:
+        banned = forbidden.get(node)
+        if not banned:
             continue
         idx = opt.node_map[node]
         ratios = {}
@@ -259,7 +260,7 @@ def rebudget_parameter_memory(opt: ShardingOptimizer) -> tuple[float, float]:
             ratio = high_row.get(opt._resolve_decision_var((idx, 0, o, 0)).var, None)
             if ratio is not None:
                 ratios[o] = ratio
-        allowed = [r for o, r in ratios.items() if o not in forbidden]
+        allowed = [r for o, r in ratios.items() if o not in banned]
         if not allowed or len(allowed) == len(ratios):
             continue
         best, best_allowed = min(ratios.values()), min(allowed)

@@ -171,8 +171,11 @@ def add_op_constraints(
         else []
     )
     additions.merge(build_size_constraints(opt, couplings, Namer("size", taken=opt.prob.constraints), to_opt))
+    nested_forbidden = {}
     if sizes:
-        additions.merge(build_nested_constraints(opt, Namer("nested", taken=opt.prob.constraints)))
+        nested = build_nested_constraints(opt, Namer("nested", taken=opt.prob.constraints))
+        additions.merge(nested.additions)
+        nested_forbidden = nested.forbidden
     prior_bounds = _add_atomically(opt.prob, additions)
     build_seconds = time.perf_counter() - t0
 
@@ -206,6 +209,7 @@ def add_op_constraints(
         namer=namer,
         objective_terms=list(additions.objective),
         prior_bounds=prior_bounds,
+        nested_forbidden=nested_forbidden,
     )
     state.solver.held_back = state.held_back  # highs-lp: autoparallel's problem first, then the plugin's part
     _install_optimizer_hooks(opt, state)
@@ -323,8 +327,8 @@ def _install_optimizer_hooks(opt: ShardingOptimizer, state: PluginState) -> None
 
     def _apply_memory_constraint(self: Any) -> None:
         apply_memory()
-        if any(name.startswith("nested.") for name in state.additions.constraints):
-            rebudget_parameter_memory(self)
+        if state.nested_forbidden:
+            rebudget_parameter_memory(self, state.nested_forbidden)
         _rows_last(self.prob, state.additions.constraints)
 
     def _set_objective(self: Any) -> None:

@@ -110,6 +110,8 @@ class PluginState:
     hook_seconds: float = 0.0  # the plugin's Python work in the optimizer hooks, last solve
     verify: str = "raise"  # after apply: "raise", "warn" or "off" (see the verifier)
     prior_bounds: dict[str, PriorBounds] = field(default_factory=dict)  # bound name -> before the plugin
+    # node -> strategies the nested-shard rows forbid (``_nested``), for the memory budget each solve
+    nested_forbidden: dict[torch.fx.Node, frozenset[int]] = field(default_factory=dict)
 
     @property
     def optimizer(self) -> ShardingOptimizer:
