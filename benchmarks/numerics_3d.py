@@ -1,0 +1,184 @@
+"""Numerics on a 3-D mesh: small models, autoparallel alone and the plugin's default call, each
+solved, applied, audited and run under LocalTensorMode against one device.
+
+    python benchmarks/numerics_3d.py --mesh 2x2x2 --models seed,fused,linear --json out.json
+
+One row per (model, call), each in its own process (a fresh strategy cache, memory returned, a
+timeout per row): the outcome (``exact``, ``wrong``: a tensor outside tolerance, ``crash``: a
+stage raised, ``timeout``), the worst tensor by error over its tolerance, the audit's verdict and
+kinds, the parameters stored with a nested uneven shard, the seconds. ``--json`` keeps the rows
+already there (``--resume`` skips them). Inputs and outputs are pinned ``(S(0), R, R)``; the
+parameter memory constraint is on (run_numerics' default); tolerances atol = rtol = 1e-4.
+
+Models (sizes chosen so a 2x2x2 build fits in minutes on 2 cores; the head counts do not divide 4):
+
+* ``seed``: the seed block (index_put from ``h[..., [-2], :]``), 6 heads x 8, batch = seq = 8;
+* ``fused``: a Falcon-style fused qkv of ``heads + 2`` heads (4 + 2 = 6) viewed as heads, k and v
+  sliced off the end, batch 8, seq 4;
+* ``linear``: ``nn.Linear(6, 10)`` on ``[8, 6]`` (a bias of 10: nested uneven over two mesh dims);
+* ``falcon_style``: the project's Falcon (multi-query, the list index), 1 layer, hidden 64, 4 heads;
+* ``falcon``: transformers' Falcon, same sizes; ``llama3``: ``llama3_small()`` (2 layers, dim 64);
+* ``fuzz``: the mutation table's fuzz model (every step of the fuzz menu).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+CALLS = ("alone", "default")
+MODELS = ("seed", "fused", "linear", "falcon_style", "falcon", "llama3", "fuzz")
+
+
+def _builders(name: str):
+    import torch
+    from torch import nn
+
+    from autoparallel_constraints.models import SeedBlock, SeedConfig, falcon_style, falcon_tiny, llama3_small
+
+    class Logits(nn.Module):
+        def __init__(self, model: nn.Module) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids):
+            out = self.model(ids)
+            return getattr(out, "logits", out)
+
+    class Fused(nn.Module):
+        """Falcon's fused qkv: heads + 2 heads in one projection, viewed as heads."""
+
+        def __init__(self, heads: int = 4, head_dim: int = 4) -> None:
+            super().__init__()
+            self.heads, self.head_dim = heads, head_dim
+            self.qkv = nn.Linear(heads * head_dim, (heads + 2) * head_dim, bias=False)
+            self.out = nn.Linear(heads * head_dim, heads * head_dim, bias=False)
+
+        def forward(self, x):
+            b, t, _ = x.shape
+            f = self.qkv(x).view(b, t, self.heads + 2, self.head_dim)
+            q, k, v = f[..., :-2, :], f[..., -2:-1, :], f[..., -1:, :]
+            return self.out((q * k + v).reshape(b, t, self.heads * self.head_dim))
+
+    if name == "seed":
+        cfg = SeedConfig(num_heads=6, head_dim=8, batch=8, seq=8)
+        return lambda: SeedBlock(cfg), lambda: torch.randn(cfg.batch, cfg.seq, cfg.hidden)
+    if name == "fused":
+        return lambda: Fused(4), lambda: torch.randn(8, 4, 16)
+    if name == "linear":
+        return lambda: nn.Linear(6, 10), lambda: torch.randn(8, 6)
+    if name in ("falcon_style", "falcon", "llama3"):
+        model_fn, input_fn = {"falcon_style": falcon_style, "falcon": falcon_tiny, "llama3": llama3_small}[name]()
+        return lambda: Logits(model_fn()), input_fn
+    if name == "fuzz":
+        from autoparallel_constraints.harness._fuzz import FuzzModel
+        from autoparallel_constraints.lab._mutate import _fuzz_spec
+
+        spec = _fuzz_spec()
+        return lambda: FuzzModel(spec), lambda: torch.randn(spec.batch, spec.seq, spec.hidden)
+    raise SystemExit(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
+
+
+def run_one(model: str, call: str, mesh: tuple[int, ...]) -> dict:
+    """One row, in this process."""
+    import autoparallel_constraints as apc
+    from autoparallel_constraints.plan._nested import nested_uneven
+    from autoparallel_constraints.testing import device_name, run_numerics
+
+    model_fn, input_fn = _builders(model)
+    seen: dict = {}
+
+    def after_apply(autop) -> None:
+        audit = apc.audit(autop)
+        seen["audit"] = "clean" if audit.ok else "FLAGGED"
+        seen["verdict"] = audit.verdict
+        seen["kinds"] = sorted({v.kind for v in audit.violations})
+        ver = audit.verification
+        seen["unknown"] = sum(ver.unknown.values()) if ver is not None else None
+        seen["unproven"] = len(ver.unproven_outputs) if ver is not None else None
+        added = getattr(getattr(autop, "_apc_state", None), "added", None)
+        seen["nested_rows"] = sum(n.startswith("nested.") for n in added.constraint_names) if added else 0
+        seen["nested_params"] = sorted(
+            f"{n.target if n.op == 'placeholder' else n.name} {tuple(s.output_specs.placements)}"
+            for n, s in autop.sharding_placement.items()
+            if n.op == "placeholder" and nested_uneven(s.output_specs, mesh, n.meta.get("val")) is not None
+        )
+
+    configure = (lambda autop: autop.add_op_constraints()) if call == "default" else None
+    t0 = time.perf_counter()
+    with device_name("H100"):
+        report = run_numerics(model_fn, input_fn, mesh, configure=configure, after_apply=after_apply,
+                              atol=1e-4, rtol=1e-4)
+    seconds = time.perf_counter() - t0
+    worst = max(report.checks, key=lambda c: c.excess, default=None)
+    outcome = "crash" if report.error else ("exact" if report.ok else "wrong")
+    return {
+        "model": model, "call": call, "mesh": list(mesh), "outcome": outcome,
+        "error": report.error, "failures": [c.name for c in report.failures][:6],
+        "worst": worst.name if worst else None, "worst_ratio": getattr(worst, "ratio", None),
+        "max_abs_err": getattr(worst, "max_abs_err", None), "seconds": round(seconds, 1), **seen,
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--mesh", default="2x2x2")
+    p.add_argument("--models", default=",".join(MODELS[:3]))
+    p.add_argument("--calls", default=",".join(CALLS))
+    p.add_argument("--json", default=None)
+    p.add_argument("--resume", action="store_true", help="skip rows the --json file already has")
+    p.add_argument("--row-timeout", type=float, default=3600)
+    p.add_argument("--table", default=None, help="print the rows of a saved --json file and exit")
+    p.add_argument("--one", nargs=2, metavar=("MODEL", "CALL"), help=argparse.SUPPRESS)
+    args = p.parse_args()
+    mesh = tuple(int(x) for x in args.mesh.split("x"))
+    if args.table:
+        for row in json.loads(Path(args.table).read_text()):
+            print(_line(row))
+        return 0
+    if args.one:
+        print("ROW " + json.dumps(run_one(*args.one, mesh)), flush=True)
+        return 0
+    rows = json.loads(Path(args.json).read_text()) if args.json and Path(args.json).exists() else []
+    done = {(r["model"], r["call"], tuple(r["mesh"])) for r in rows} if args.resume else set()
+    rows = rows if args.resume else []
+    for model in args.models.split(","):
+        for call in args.calls.split(","):
+            if (model, call, mesh) in done:
+                continue
+            t0 = time.perf_counter()
+            cmd = [sys.executable, __file__, "--mesh", args.mesh, "--one", model, call]
+            try:
+                out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.row_timeout,
+                                     env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
+                line = next((ln for ln in out.stdout.splitlines() if ln.startswith("ROW ")), None)
+                row = json.loads(line[4:]) if line else {
+                    "model": model, "call": call, "mesh": list(mesh), "outcome": "crash",
+                    "error": (out.stderr.strip().splitlines() or ["no output"])[-1][:300],
+                    "seconds": round(time.perf_counter() - t0, 1)}
+            except subprocess.TimeoutExpired:
+                row = {"model": model, "call": call, "mesh": list(mesh), "outcome": "timeout",
+                       "error": f"did not finish within {args.row_timeout:.0f} s", "seconds": args.row_timeout}
+            rows.append(row)
+            print(_line(row), flush=True)
+            if args.json:
+                Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+    return 0
+
+
+def _line(r: dict) -> str:
+    what = r.get("error") or (f"worst {r.get('worst')} ratio {r.get('worst_ratio')}" if r.get("worst") else "")
+    return (f"{r['model']:<13} {r['call']:<8} {'x'.join(map(str, r['mesh'])):<6} {r['outcome']:<8} "
+            f"audit {r.get('audit', '-'):<7} {','.join(r.get('kinds') or []) or '-':<22} "
+            f"unknown/unproven {r.get('unknown', '-')}/{r.get('unproven', '-')}  "
+            f"nested rows {r.get('nested_rows', '-')!s:<4} nested params {len(r.get('nested_params') or [])} "
+            f"{r['seconds']:>7.1f} s  {what[:160]}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
