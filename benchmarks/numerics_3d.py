@@ -17,8 +17,11 @@ Models (sizes chosen so a 2x2x2 build fits in minutes on 2 cores; the head count
   sliced off the end, batch 8, seq 4;
 * ``linear``: ``nn.Linear(6, 10)`` on ``[8, 6]`` (a bias of 10: nested uneven over two mesh dims);
 * ``falcon_style``: the project's Falcon (multi-query, the list index), 1 layer, hidden 64, 4 heads;
+  ``falcon_style_h8``: the same with 8 heads (a fused dim of 10 heads: 5 per rank after one split);
 * ``falcon``: transformers' Falcon, same sizes; ``llama3``: ``llama3_small()`` (2 layers, dim 64);
-* ``fuzz``: the mutation table's fuzz model (every step of the fuzz menu).
+* ``fuzz``: the mutation table's fuzz model (every step of the fuzz menu);
+* ``seed_517``: the seed block at the 2-D PR #517 sizes (16 heads x 64, batch 8, seq 64), for a
+  natural Partial edge with ``--io`` (e.g. ``S0,S1,R``: input and output pinned so).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import time
 from pathlib import Path
 
 CALLS = ("alone", "default")
-MODELS = ("seed", "fused", "linear", "falcon_style", "falcon", "llama3", "fuzz")
+MODELS = ("seed", "fused", "linear", "falcon_style", "falcon_style_h8", "falcon", "llama3", "fuzz", "seed_517")
 
 
 def _builders(name: str):
@@ -68,10 +71,16 @@ def _builders(name: str):
     if name == "seed":
         cfg = SeedConfig(num_heads=6, head_dim=8, batch=8, seq=8)
         return lambda: SeedBlock(cfg), lambda: torch.randn(cfg.batch, cfg.seq, cfg.hidden)
+    if name == "seed_517":
+        cfg = SeedConfig(num_heads=16, head_dim=64, batch=8, seq=64)
+        return lambda: SeedBlock(cfg), lambda: torch.randn(cfg.batch, cfg.seq, cfg.hidden)
     if name == "fused":
         return lambda: Fused(4), lambda: torch.randn(8, 4, 16)
     if name == "linear":
         return lambda: nn.Linear(6, 10), lambda: torch.randn(8, 6)
+    if name == "falcon_style_h8":
+        model_fn, input_fn = falcon_style(heads=8)
+        return lambda: Logits(model_fn()), input_fn
     if name in ("falcon_style", "falcon", "llama3"):
         model_fn, input_fn = {"falcon_style": falcon_style, "falcon": falcon_tiny, "llama3": llama3_small}[name]()
         return lambda: Logits(model_fn()), input_fn
@@ -84,7 +93,15 @@ def _builders(name: str):
     raise SystemExit(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
 
 
-def run_one(model: str, call: str, mesh: tuple[int, ...]) -> dict:
+def _placements(io: str | None):
+    from torch.distributed.tensor.placement_types import Replicate, Shard
+
+    if not io:
+        return None
+    return [tuple(Replicate() if p == "R" else Shard(int(p[1:])) for p in io.split(","))]
+
+
+def run_one(model: str, call: str, mesh: tuple[int, ...], io: str | None = None) -> dict:
     """One row, in this process."""
     import autoparallel_constraints as apc
     from autoparallel_constraints.plan._nested import nested_uneven
@@ -113,12 +130,13 @@ def run_one(model: str, call: str, mesh: tuple[int, ...]) -> dict:
     t0 = time.perf_counter()
     with device_name("H100"):
         report = run_numerics(model_fn, input_fn, mesh, configure=configure, after_apply=after_apply,
+                              input_placements=_placements(io), output_placements=_placements(io),
                               atol=1e-4, rtol=1e-4)
     seconds = time.perf_counter() - t0
     worst = max(report.checks, key=lambda c: c.excess, default=None)
     outcome = "crash" if report.error else ("exact" if report.ok else "wrong")
     return {
-        "model": model, "call": call, "mesh": list(mesh), "outcome": outcome,
+        "model": model, "call": call, "mesh": list(mesh), "io": io or "S0,R,...", "outcome": outcome,
         "error": report.error, "failures": [c.name for c in report.failures][:6],
         "worst": worst.name if worst else None, "worst_ratio": getattr(worst, "ratio", None),
         "max_abs_err": getattr(worst, "max_abs_err", None), "seconds": round(seconds, 1), **seen,
@@ -130,6 +148,7 @@ def main() -> int:
     p.add_argument("--mesh", default="2x2x2")
     p.add_argument("--models", default=",".join(MODELS[:3]))
     p.add_argument("--calls", default=",".join(CALLS))
+    p.add_argument("--io", default=None, help="input and output pins, e.g. S0,S1,R (default S(0) then R)")
     p.add_argument("--json", default=None)
     p.add_argument("--resume", action="store_true", help="skip rows the --json file already has")
     p.add_argument("--row-timeout", type=float, default=3600)
@@ -142,27 +161,27 @@ def main() -> int:
             print(_line(row))
         return 0
     if args.one:
-        print("ROW " + json.dumps(run_one(*args.one, mesh)), flush=True)
+        print("ROW " + json.dumps(run_one(*args.one, mesh, args.io)), flush=True)
         return 0
     rows = json.loads(Path(args.json).read_text()) if args.json and Path(args.json).exists() else []
-    done = {(r["model"], r["call"], tuple(r["mesh"])) for r in rows} if args.resume else set()
+    done = {(r["model"], r["call"], tuple(r["mesh"]), r.get("io")) for r in rows} if args.resume else set()
     rows = rows if args.resume else []
     for model in args.models.split(","):
         for call in args.calls.split(","):
-            if (model, call, mesh) in done:
+            if (model, call, mesh, args.io or "S0,R,...") in done:
                 continue
             t0 = time.perf_counter()
-            cmd = [sys.executable, __file__, "--mesh", args.mesh, "--one", model, call]
+            cmd = [sys.executable, __file__, "--mesh", args.mesh, "--one", model, call, *(["--io", args.io] if args.io else [])]
             try:
                 out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.row_timeout,
                                      env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
                 line = next((ln for ln in out.stdout.splitlines() if ln.startswith("ROW ")), None)
                 row = json.loads(line[4:]) if line else {
-                    "model": model, "call": call, "mesh": list(mesh), "outcome": "crash",
+                    "model": model, "call": call, "mesh": list(mesh), "io": args.io or "S0,R,...", "outcome": "crash",
                     "error": (out.stderr.strip().splitlines() or ["no output"])[-1][:300],
                     "seconds": round(time.perf_counter() - t0, 1)}
             except subprocess.TimeoutExpired:
-                row = {"model": model, "call": call, "mesh": list(mesh), "outcome": "timeout",
+                row = {"model": model, "call": call, "mesh": list(mesh), "io": args.io or "S0,R,...", "outcome": "timeout",
                        "error": f"did not finish within {args.row_timeout:.0f} s", "seconds": args.row_timeout}
             rows.append(row)
             print(_line(row), flush=True)
@@ -173,7 +192,7 @@ def main() -> int:
 
 def _line(r: dict) -> str:
     what = r.get("error") or (f"worst {r.get('worst')} ratio {r.get('worst_ratio')}" if r.get("worst") else "")
-    return (f"{r['model']:<13} {r['call']:<8} {'x'.join(map(str, r['mesh'])):<6} {r['outcome']:<8} "
+    return (f"{r['model']:<13} {r['call']:<8} {'x'.join(map(str, r['mesh'])):<6} {r.get('io', '-'):<9} {r['outcome']:<8} "
             f"audit {r.get('audit', '-'):<7} {','.join(r.get('kinds') or []) or '-':<22} "
             f"unknown/unproven {r.get('unknown', '-')}/{r.get('unproven', '-')}  "
             f"nested rows {r.get('nested_rows', '-')!s:<4} nested params {len(r.get('nested_params') or [])} "

@@ -18,9 +18,10 @@ mutated node's local shape is recorded as not constructible, with the reason, ne
   (``device_mesh._runtime_compute_coordinate_on_dim``) read on another mesh dim.
 * ``plugin_identity``: a plugin redistribute (the nodes whose ``meta["custom"]`` carries
   ``apc_constraint``, one group per constraint) replaced by its input.
-* ``plugin_wrong_target``: the same group delivering the target with its two mesh dims swapped:
-  what makes the target's shards (rank coordinates, reduce_scatter, all_to_all) reads the other
-  mesh dim; what undoes the source's (all_gather, all_reduce) is kept.
+* ``plugin_wrong_target``: the same group delivering the target with its mesh dims permuted
+  (on 2-D: swapped): what makes the target's shards (rank coordinates, reduce_scatter,
+  all_to_all) reads the next mesh dim, cyclically; what undoes the source's (all_gather,
+  all_reduce) is kept.
 * ``drop_rank_slice``: a rank slice (the slice/narrow/split whose bounds come from a rank
   coordinate) takes chunk 0 on every rank (the coordinate replaced by 0 in its bounds).
 """
@@ -485,28 +486,28 @@ def _apply_plugin_target(gm: GraphModule, site: Site) -> str:
     ed = _Editor(gm, f"plugin redistribute {site.variant} with mesh dims swapped")
     changed = []
     for node in nodes:
-        # what makes the target's shards (rank slices, reduce_scatter, all_to_all) moves to the other
-        # mesh dim; what undoes the source's (all_gather, all_reduce) stays: swapping both would
-        # transpose the block grid twice and give the right target
+        # what makes the target's shards (rank slices, reduce_scatter, all_to_all) moves to the next
+        # mesh dim (on 2-D: the other one); what undoes the source's (all_gather, all_reduce) stays:
+        # moving both would permute the block grid twice and give the right target
         if _collective_kind(node) in ("all_gather", "all_reduce"):
             continue
         if _collective_kind(node):
             found = _group(gm, node)
-            if found is None or found[1].ndim != 2:
+            if found is None or found[1].ndim < 2:
                 continue
-            changed.append(_regroup(gm, node, 1 - found[2], ed))
+            changed.append(_regroup(gm, node, (found[2] + 1) % found[1].ndim, ed))
         elif _is_coordinate(node):
             dim, dims = _coordinate_dims(node)
-            if len(dims) != 2:
+            if len(dims) < 2:
                 continue
             view = _val(node.args[0])
-            if view.shape[1] != view.shape[2]:
-                raise NotConstructible(f"{node.name}: the two mesh dims differ in size {tuple(view.shape)[1:]}")
-            swapped = dims[1] if dim == dims[0] else dims[0]
+            swapped = dims[(dims.index(dim) + 1) % len(dims)]
+            if view.shape[1 + dim] != view.shape[1 + swapped]:
+                raise NotConstructible(f"{node.name}: mesh dims {dim} and {swapped} differ in size {tuple(view.shape)[1:]}")
             node.args = (node.args[0], swapped, *node.args[2:])
             changed.append(f"coordinate {node.name} on view dim {swapped}")
     if not changed:
-        raise NotConstructible(f"plugin redistribute {site.variant} has nothing on a 2-D mesh to swap")
+        raise NotConstructible(f"plugin redistribute {site.variant} has nothing on a mesh of 2 or more dims to move")
     return f"plugin redistribute {site.variant} with mesh dims swapped: " + "; ".join(changed)
 
 
@@ -581,7 +582,7 @@ OPERATORS: dict[str, Operator] = {
                                _apply_mesh_dim),
     "plugin_identity": Operator("a plugin redistribute replaced by its input", _sites_plugin_identity,
                                 _apply_plugin_identity),
-    "plugin_wrong_target": Operator("a plugin redistribute with its two mesh dims swapped", _sites_plugin_target,
+    "plugin_wrong_target": Operator("a plugin redistribute with its mesh dims permuted (2-D: swapped)", _sites_plugin_target,
                                     _apply_plugin_target),
     "drop_rank_slice": Operator("a rank slice takes chunk 0 on every rank", _sites_rank_slice, _apply_rank_slice),
 }
