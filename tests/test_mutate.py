@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from torch.distributed.tensor.placement_types import Shard
+from torch.distributed.tensor.placement_types import Replicate, Shard
 
 from autoparallel_constraints.lab._mutate import _numbers, mutate_built
 from autoparallel_constraints.models import AddMul
@@ -180,6 +180,34 @@ def test_seed_2x2_every_wrong_mutant_is_flagged(seed_2x2):
     slice taking chunk 0 on every rank) are caught: unknown outputs are not clean, gathered shards
     keep their provenance, rank-coordinate arithmetic is replayed from the graph."""
     assert not seed_2x2.misses, seed_2x2
+
+
+# The same model on the 3-D mesh: the input (S0, S1, R) delivered as (S1, R, S0), every planned
+# redistribution a plugin node. ~40 s to build on an idle 2-core machine.
+ADDMUL_3D = Source(
+    name="addmul3d",
+    model_fn=lambda: AddMul(8),
+    input_fn=lambda: torch.randn(8, 8),
+    input_placements=lambda ndim: [(Shard(0), Shard(1), Replicate())],
+    output_placements=lambda ndim: [(Shard(1), Replicate(), Shard(0))],
+    op_constraints={"materialize": "all"},
+    parameter_memory_constraint=False,
+)
+
+
+@pytest.mark.full
+def test_addmul_2x2x2_every_mutant_is_caught():
+    """On (2, 2, 2) with the real verifier: the unmutated graph is exact and clean, and every
+    mutant (collectives moved to each other mesh dim, dropped, along another tensor dim; a plugin
+    redistribute's target made on the next mesh dim; rank slices taking chunk 0) is wrong and
+    caught: no MISS, no flagged. Measured: 20 mutants, 20 caught."""
+    built = build_source(ADDMUL_3D, (2, 2, 2))
+    results, _ = mutate_built(built)
+    assert results[0].outcome == "fine", results[0]
+    outcomes = {(r.id.operator, r.outcome) for r in results[1:]}
+    assert {o for o, _ in outcomes} >= {"other_mesh_dim", "drop_collective", "collective_dim",
+                                        "plugin_wrong_target", "drop_rank_slice"}, outcomes
+    assert {out for _, out in outcomes} == {"caught"}, [r for r in results[1:] if r.outcome != "caught"]
 
 
 @pytest.mark.ondemand

@@ -66,10 +66,12 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Built", "MESHES", "MutantId", "MutantResult", "MutationReport", "NumbersCache", "OUTCOMES", "Placements", "Skipped", "Source", "Verifier", "add_subcommand", "build_source", "classify", "default_verifier", "mutate_built", "run_mutations", "sources"]
+__all__ = ["Built", "MESHES", "MESHES_3D", "MutantId", "MutantResult", "MutationReport", "NumbersCache", "OUTCOMES", "Placements", "Skipped", "Source", "Verifier", "add_subcommand", "build_source", "classify", "default_verifier", "mutate_built", "run_mutations", "sources"]
 
 Placements = tuple[Placement, ...]
 MESHES: tuple[tuple[int, ...], ...] = ((2,), (2, 2), (2, 4), (4, 2))
+# built only when named with ``--meshes``: a 3-D build of a source takes 4-11 min on 2 cores
+MESHES_3D: tuple[tuple[int, ...], ...] = ((2, 2, 2),)
 
 # numbers x verifier -> outcome (the module docstring's table)
 OUTCOMES: dict[tuple[bool, bool], str] = {
@@ -134,6 +136,7 @@ class Source:
     parameter_memory_constraint: bool = True
     context: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
     meshes: tuple[tuple[int, ...], ...] = MESHES
+    on_demand_meshes: tuple[tuple[int, ...], ...] = MESHES_3D  # run when named in ``meshes`` only
     atol: float = 1e-5
     rtol: float = 1e-5
     limit: int | None = None  # at most this many sites per operator per build (a seeded sample)
@@ -192,7 +195,7 @@ def sources() -> dict[str, Source]:
             name="seed_swapped", model_fn=lambda: SeedBlock(seed_cfg), input_fn=seed_input,
             configure=swapped_configure, op_constraints={"formulation": "explicit"}, context=swapped_context,
             parameter_memory_constraint=False,
-            output_placements=lambda ndim: [None], meshes=((2, 2),),
+            output_placements=lambda ndim: [None], meshes=((2, 2),), on_demand_meshes=(),
             note="issue 10's swapped index_put case: producers pinned (S0,S1)/(S1,S0), the illegal "
                  "index_put strategy offered and pinned, explicit formulation (plugin redistribute nodes)",
         ),
@@ -204,14 +207,14 @@ def sources() -> dict[str, Source]:
         # reduces a Partial(avg) that is replicated as it is, on the flattened mesh: the sum, then
         # the division by 4 (transformers 5.25; the zoo's olmo2 row)
         "olmo2": Source(name="olmo2", model_fn=lambda: zoo_model("olmo2")[0](), input_fn=lambda: zoo_model("olmo2")[1](),
-                        atol=1e-4, rtol=1e-4, limit=3, meshes=((2, 2),),
+                        atol=1e-4, rtol=1e-4, limit=3, meshes=((2, 2),), on_demand_meshes=(),
                         note="transformers OLMo2, tiny defaults, eager: the sum-then-divide reduction"),
         # transformers' Falcon-H1 at tiny defaults (Mamba2 mixer beside attention): on 2x2 with one
         # sample per rank, its backward's cat takes inputs each with several readings (the verifier
         # once refused it, exact; the zoo's falcon_h1 row)
         "falcon_h1": Source(name="falcon_h1", model_fn=lambda: zoo_model("falcon_h1")[0](),
                             input_fn=lambda: zoo_model("falcon_h1")[1](), atol=1e-4, rtol=1e-4, limit=3,
-                            meshes=((2, 2),), note="transformers Falcon-H1, tiny defaults, eager: a Mamba2 "
+                            meshes=((2, 2),), on_demand_meshes=(), note="transformers Falcon-H1, tiny defaults, eager: a Mamba2 "
                                                    "backward's cat of inputs with several readings each"),
         "fuzz": Source(
             name="fuzz", model_fn=lambda: FuzzModel(spec), input_fn=lambda: torch.randn(4, 4, 16),
@@ -593,7 +596,7 @@ def run_mutations(
     """Build every source on every mesh it supports (one build per pair) and run all its mutants.
 
     ``meshes`` None means each source's own meshes (:data:`MESHES`, or fewer); otherwise the
-    intersection. ``materialize`` overrides the plugin call's ``materialize`` for every source
+    intersection with those and its on-demand meshes (:data:`MESHES_3D`). ``materialize`` overrides the plugin call's ``materialize`` for every source
     (None: each source's own call). A source that fails to build is reported in ``skipped`` as
     operator ``none``. ``numbers_cache`` names a JSON file of :class:`NumbersCache`, read first
     and written after every build.
@@ -612,7 +615,7 @@ def run_mutations(
     builds: dict[str, float] = {}
     for name in names:
         source = table[name]
-        for mesh in source.meshes:
+        for mesh in source.meshes + (source.on_demand_meshes if meshes is not None else ()):
             if meshes is not None and tuple(mesh) not in {tuple(m) for m in meshes}:
                 continue
             key = f"{name}@{'x'.join(map(str, mesh))}"
