@@ -13,6 +13,7 @@ parameter memory constraint is on (run_numerics' default); tolerances atol = rto
 Models (sizes chosen so a 2x2x2 build fits in minutes on 2 cores; the head counts do not divide 4):
 
 * ``seed``: the seed block (index_put from ``h[..., [-2], :]``), 6 heads x 8, batch = seq = 8;
+  ``seed_h10``: 10 heads (8 + 2, Falcon's fused qkv of 8 heads: 5 per rank after one split);
 * ``fused``: a Falcon-style fused qkv of ``heads + 2`` heads (4 + 2 = 6) viewed as heads, k and v
   sliced off the end, batch 8, seq 4;
 * ``linear``: ``nn.Linear(6, 10)`` on ``[8, 6]`` (a bias of 10: nested uneven over two mesh dims);
@@ -35,7 +36,7 @@ import time
 from pathlib import Path
 
 CALLS = ("alone", "default")
-MODELS = ("seed", "fused", "linear", "falcon_style", "falcon_style_h8", "falcon", "llama3", "fuzz", "seed_517")
+MODELS = ("seed", "seed_h10", "fused", "linear", "falcon_style", "falcon_style_h8", "falcon", "llama3", "fuzz", "seed_517")
 
 
 def _builders(name: str):
@@ -70,6 +71,9 @@ def _builders(name: str):
 
     if name == "seed":
         cfg = SeedConfig(num_heads=6, head_dim=8, batch=8, seq=8)
+        return lambda: SeedBlock(cfg), lambda: torch.randn(cfg.batch, cfg.seq, cfg.hidden)
+    if name == "seed_h10":
+        cfg = SeedConfig(num_heads=10, head_dim=8, batch=8, seq=8)
         return lambda: SeedBlock(cfg), lambda: torch.randn(cfg.batch, cfg.seq, cfg.hidden)
     if name == "seed_517":
         cfg = SeedConfig(num_heads=16, head_dim=64, batch=8, seq=64)
