@@ -4,7 +4,8 @@ a known failure says what it is and the way around it; this package's own errors
 
 Rests on autoparallel at the pin: its cost model asserts on a tensor keyword argument
 (``cost_models/compute_estimation.py``, ``_shard_args_for_node``), which CPU sdpa's ``attn_mask``
-is. When upstream fixes that, ``test_sdpa_mask_failure_is_said_to_be_autoparallels`` fails: then
+is; its ``view_rule`` skips a strategy only on ``AssertionError`` while torch 2.13 raises
+``RuntimeError`` for a nested uneven flatten (on demand: the seed block with 10 heads on 2x2x2). When upstream fixes that, ``test_sdpa_mask_failure_is_said_to_be_autoparallels`` fails: then
 the entry of ``KNOWN`` and its limit in docs/limits.md go."""
 
 from __future__ import annotations
@@ -84,6 +85,26 @@ def test_the_same_model_with_the_eager_fix_runs():
         assert autop.optimize_placement()
 
 
+@pytest.mark.ondemand
+def test_a_nested_uneven_view_on_a_3d_mesh_is_said_to_be_autoparallels():
+    """The seed block with 10 heads (Falcon's 8 + 2 fused) on 2x2x2: autoparallel's build raises
+    DTensor's RuntimeError from its view rule, before any constraint can be added (~130 s); the
+    exception stays torch's with one note naming the frame, the cause and the way around it."""
+    from autoparallel.api import AutoParallel
+
+    from autoparallel_constraints.models import SeedBlock, SeedConfig
+    from autoparallel_constraints.testing import device_name
+
+    cfg = SeedConfig(num_heads=10, head_dim=8, batch=8, seq=8)
+    with torch.device("meta"):
+        model = SeedBlock(cfg)
+    with device_name("H100"), pytest.raises(RuntimeError, match="Cannot shard unevenly distributed tensor") as info:
+        with AutoParallel(model, lambda: torch.randn(8, 8, cfg.hidden), cpu_mesh((2, 2, 2)), dynamic=True):
+            pass
+    (note,) = info.value.__notes__
+    assert "propagation_rules.py" in note and "view_rule" in note and "2-D mesh" in note
+
+
 def test_errors_of_this_package_get_no_note():
     """A failure decided in this package's code (here an unknown op in the table) is ours: no note."""
     lookup = _wrap(apc.default_table().__getitem__, "optimize_placement")
@@ -108,6 +129,14 @@ def test_the_line_names_the_deciding_frame_and_known_failures():
     message = "_scaled_dot_product_flash_attention_for_cpu FakeTensor(..., size=(4, 1, 16, 16))"
     assert known_failure(sdpa, message) is KNOWN[0]
     assert known_failure(sdpa, "some_other_op FakeTensor(...)") is KNOWN[1]
+    view = _tb((f"{SITE}/autoparallel/shardings/propagation_rules.py", 253, "view_rule"),
+               (f"{SITE}/torch/distributed/tensor/_ops/_view_ops.py", 1278, "_rewrite_plain_shard"))
+    message = ("Cannot shard unevenly distributed tensor: dimension 2 (size 5) is not evenly divisible "
+               "by mesh dimension 1 (size 2). Please redistribute the tensor before this operation.")
+    assert known_failure(view, message).name == "view-nested-uneven"
+    line = upstream_line(view, message, stage="__enter__")
+    assert "inside autoparallel (shardings/propagation_rules.py:253 view_rule) while it traced" in line
+    assert "RuntimeError" in line and "2-D mesh" in line
 
 
 def test_a_zoo_row_says_a_known_upstream_failure_in_one_line():
