@@ -5,7 +5,7 @@ solved, applied, audited and run under LocalTensorMode against one device.
 
 One row per (model, call), each in its own process (a fresh strategy cache, memory returned, a
 timeout per row): the outcome (``exact``, ``wrong``: a tensor outside tolerance, ``crash``: a
-stage raised, ``timeout``), the worst tensor by error over its tolerance, the audit's verdict and
+stage raised, ``killed``: the process got a signal, e.g. the OOM killer's, ``timeout``), the worst tensor by error over its tolerance, the audit's verdict and
 kinds, the parameters stored with a nested uneven shard, the seconds. ``--json`` keeps the rows
 already there (``--resume`` skips them). Inputs and outputs are pinned ``(S(0), R, R)``; the
 parameter memory constraint is on (run_numerics' default); tolerances atol = rtol = 1e-4.
@@ -180,9 +180,12 @@ def main() -> int:
                 out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.row_timeout,
                                      env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
                 line = next((ln for ln in out.stdout.splitlines() if ln.startswith("ROW ")), None)
+                killed = out.returncode < 0  # a signal: on these machines the OOM killer (see dmesg)
                 row = json.loads(line[4:]) if line else {
-                    "model": model, "call": call, "mesh": list(mesh), "io": args.io or "S0,R,...", "outcome": "crash",
-                    "error": (out.stderr.strip().splitlines() or ["no output"])[-1][:300],
+                    "model": model, "call": call, "mesh": list(mesh), "io": args.io or "S0,R,...",
+                    "outcome": "killed" if killed else "crash",
+                    "error": (f"killed by signal {-out.returncode}" if killed
+                              else (out.stderr.strip().splitlines() or ["no output"])[-1][:300]),
                     "seconds": round(time.perf_counter() - t0, 1)}
             except subprocess.TimeoutExpired:
                 row = {"model": model, "call": call, "mesh": list(mesh), "io": args.io or "S0,R,...", "outcome": "timeout",
