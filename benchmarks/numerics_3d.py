@@ -5,9 +5,10 @@ solved, applied, audited and run under LocalTensorMode against one device.
 
 One row per (model, call), each in its own process (a fresh strategy cache, memory returned, a
 timeout per row): the outcome (``exact``, ``wrong``: a tensor outside tolerance, ``crash``: a
-stage raised, ``killed``: the process got a signal, e.g. the OOM killer's, ``timeout``), the worst tensor by error over its tolerance, the audit's verdict and
-kinds, the parameters stored with a nested uneven shard, the seconds. ``--json`` keeps the rows
-already there (``--resume`` skips them). Inputs and outputs are pinned ``(S(0), R, R)``; the
+stage raised, ``killed``: the process got SIGKILL, e.g. from the OOM killer, ``timeout``), the worst tensor by error over its tolerance, the audit's verdict and
+kinds, the placeholders (parameters, inputs) stored with a nested uneven shard, the seconds.
+``--json`` keeps the rows already there, a row run again replacing its own (``--resume`` skips
+rows the file has). Inputs and outputs are pinned ``(S(0), R, R)``; the
 parameter memory constraint is on (run_numerics' default); tolerances atol = rtol = 1e-4.
 
 Models (sizes chosen so a 2x2x2 build fits in minutes on 2 cores; the head counts do not divide 4):
@@ -168,8 +169,10 @@ def main() -> int:
         print("ROW " + json.dumps(run_one(*args.one, mesh, args.io)), flush=True)
         return 0
     rows = json.loads(Path(args.json).read_text()) if args.json and Path(args.json).exists() else []
-    done = {(r["model"], r["call"], tuple(r["mesh"]), r.get("io")) for r in rows} if args.resume else set()
-    rows = rows if args.resume else []
+    def key(r: dict) -> tuple:
+        return r["model"], r["call"], tuple(r["mesh"]), r.get("io", "S0,R,...")
+
+    done = {key(r) for r in rows} if args.resume else set()
     for model in args.models.split(","):
         for call in args.calls.split(","):
             if (model, call, mesh, args.io or "S0,R,...") in done:
@@ -180,17 +183,18 @@ def main() -> int:
                 out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.row_timeout,
                                      env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
                 line = next((ln for ln in out.stdout.splitlines() if ln.startswith("ROW ")), None)
-                killed = out.returncode < 0  # a signal: on these machines the OOM killer (see dmesg)
+                killed = out.returncode == -9  # SIGKILL: on these machines the OOM killer (see dmesg)
+                signal = f"signal {-out.returncode}: " if out.returncode < 0 else ""
                 row = json.loads(line[4:]) if line else {
                     "model": model, "call": call, "mesh": list(mesh), "io": args.io or "S0,R,...",
                     "outcome": "killed" if killed else "crash",
-                    "error": (f"killed by signal {-out.returncode}" if killed
-                              else (out.stderr.strip().splitlines() or ["no output"])[-1][:300]),
+                    "error": ("killed by signal 9 (SIGKILL)" if killed
+                              else signal + (out.stderr.strip().splitlines() or ["no output"])[-1][:300]),
                     "seconds": round(time.perf_counter() - t0, 1)}
             except subprocess.TimeoutExpired:
                 row = {"model": model, "call": call, "mesh": list(mesh), "io": args.io or "S0,R,...", "outcome": "timeout",
                        "error": f"did not finish within {args.row_timeout:.0f} s", "seconds": args.row_timeout}
-            rows.append(row)
+            rows = [r for r in rows if key(r) != key(row)] + [row]  # a re-run replaces its row
             print(_line(row), flush=True)
             if args.json:
                 Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
@@ -202,7 +206,7 @@ def _line(r: dict) -> str:
     return (f"{r['model']:<13} {r['call']:<8} {'x'.join(map(str, r['mesh'])):<6} {r.get('io', '-'):<9} {r['outcome']:<8} "
             f"audit {r.get('audit', '-'):<7} {','.join(r.get('kinds') or []) or '-':<22} "
             f"unknown/unproven {r.get('unknown', '-')}/{r.get('unproven', '-')}  "
-            f"nested rows {r.get('nested_rows', '-')!s:<4} nested params {len(r.get('nested_params') or [])} "
+            f"nested rows {r.get('nested_rows', '-')!s:<4} nested placeholders {len(r.get('nested_params') or [])} "
             f"{r['seconds']:>7.1f} s  {what[:160]}")
 
 

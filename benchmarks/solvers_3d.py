@@ -39,6 +39,7 @@ def main() -> int:
     import autoparallel_constraints as apc
     from autoparallel_constraints.models import SeedBlock, SeedConfig
     from autoparallel_constraints.testing import cpu_mesh, device_name
+    from autoparallel_constraints.workbench._bench import _count_variables
 
     shape = tuple(int(x) for x in args.mesh.split("x"))
     cfg = SeedConfig(num_heads=6, head_dim=8, batch=8, seq=8)
@@ -55,7 +56,8 @@ def main() -> int:
             autop.add_parameter_memory_constraint()
             build_s = time.perf_counter() - t0
             opt = autop.sharding_optimizer
-            size = {"variables": len(opt.prob.variables()), "constraints": len(opt.prob.constraints)}
+            # the workbench's count: prob.variables() would sort the problem's variables in place
+            size = {"variables": _count_variables(opt.prob), "constraints": len(opt.prob.constraints)}
             print(f"build {build_s:.1f} s; autoparallel's ILP {size['variables']:,} variables, "
                   f"{size['constraints']:,} rows", flush=True)
             bench = apc.Workbench(autop, apply=False, check_restore=False)

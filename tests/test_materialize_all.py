@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.distributed.tensor.placement_types import Shard
+from torch.distributed.tensor.placement_types import Replicate, Shard
 
 import autoparallel_constraints as apc
 from autoparallel_constraints.apply._materialize import TAG
@@ -125,3 +125,30 @@ def test_more_natural_divergences_fixed_by_materialize_all(case):
         else:
             assert report.ok, report
             assert audits[0].ok, audits[0]
+
+
+@pytest.mark.ondemand
+def test_natural_divergence_on_a_3d_mesh_exact_with_the_default_call():
+    """The PR #517 class on 2x2x2 (seed 16 x 64, batch 8, seq 64, input and output (S0, S1, R)):
+    autoparallel alone plans a Partial edge its apply drops, proj.weight's gradient is 2x and the
+    audit flags the edge; the default call is exact and clean (~5 min each on 2 cores)."""
+    placements = [(Shard(0), Shard(1), Replicate())]
+    for plugin in (False, True):
+        audits: list = []
+        report = run_numerics(
+            lambda: SeedBlock(DIVERGING),
+            lambda: torch.randn(DIVERGING.batch, DIVERGING.seq, DIVERGING.hidden),
+            (2, 2, 2),
+            input_placements=placements,
+            output_placements=placements,
+            atol=1e-4,
+            rtol=1e-4,
+            configure=(lambda autop: autop.add_op_constraints()) if plugin else None,
+            after_apply=lambda autop: audits.append(apc.audit(autop)),
+        )
+        if plugin:
+            assert report.ok, report
+            assert audits[0].ok, audits[0]
+        else:
+            assert report.check("grad:proj.weight").ratio == pytest.approx(2.0, abs=1e-4), report
+            assert audits[0].by_kind("edge_diverges"), audits[0]

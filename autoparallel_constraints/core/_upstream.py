@@ -84,14 +84,15 @@ KNOWN: tuple[KnownFailure, ...] = (
         function="view_rule",
         message=r"Cannot shard unevenly distributed tensor",
         what=("its view rule skips an input strategy DTensor cannot view only when DTensor raises "
-              "AssertionError, and torch 2.13 raises RuntimeError for a flatten whose non-last dim "
-              "is split unevenly over two mesh dims (on a 3-D mesh: Falcon's fused heads + 2 = 10 "
-              "heads, 5 per rank after one split), so the build stops before any plan exists"),
-        fix=("give the split dim a size every product of two mesh dims divides (e.g. 8 heads + 2 "
-             "fused on 2x2x2 fails, 6 builds), or use a 2-D mesh (the same model builds on 2x2, "
-             "2x4 and 4x2); this package's nested.even rows keep such shards out of plans but "
-             "cannot act before the build"),
-        limit="a view of a dim split unevenly over two mesh dims (3-D meshes)",
+              "AssertionError, and torch 2.13 raises RuntimeError for a flatten whose first dim is "
+              "sharded by all three mesh dims of a 3-D mesh and splits unevenly before the last "
+              "(Falcon's fused heads + 2 = 10 heads on 2x2x2: 10 -> 5 -> 5 / 2), so the build stops "
+              "before any plan exists"),
+        fix=("give that dim a size the first two mesh dims' product divides (on 2x2x2 the seed "
+             "block builds with 6 heads and fails with 10), or use a 2-D mesh (there the second "
+             "split is the last, which torch exempts); this package's nested.even rows keep such "
+             "shards out of plans but cannot act before the build"),
+        limit="a flatten of a dim split unevenly by all three mesh dims (3-D meshes)",
     ),
 )
 

@@ -483,7 +483,7 @@ def _sites_plugin_target(gm: GraphModule) -> list[Site]:
 
 def _apply_plugin_target(gm: GraphModule, site: Site) -> str:
     nodes, _, _ = _group_io(gm, site.variant)
-    ed = _Editor(gm, f"plugin redistribute {site.variant} with mesh dims swapped")
+    ed = _Editor(gm, f"plugin redistribute {site.variant} with its target on the next mesh dim")
     changed = []
     for node in nodes:
         # what makes the target's shards (rank slices, reduce_scatter, all_to_all) moves to the next
@@ -505,10 +505,10 @@ def _apply_plugin_target(gm: GraphModule, site: Site) -> str:
             if view.shape[1 + dim] != view.shape[1 + swapped]:
                 raise NotConstructible(f"{node.name}: mesh dims {dim} and {swapped} differ in size {tuple(view.shape)[1:]}")
             node.args = (node.args[0], swapped, *node.args[2:])
-            changed.append(f"coordinate {node.name} on view dim {swapped}")
+            changed.append(f"coordinate {node.name} on mesh dim {swapped} instead of {dim}")
     if not changed:
         raise NotConstructible(f"plugin redistribute {site.variant} has nothing on a mesh of 2 or more dims to move")
-    return f"plugin redistribute {site.variant} with mesh dims swapped: " + "; ".join(changed)
+    return f"plugin redistribute {site.variant} with its target on the next mesh dim: " + "; ".join(changed)
 
 
 # drop_rank_slice ------------------------------------------------------------------------------
