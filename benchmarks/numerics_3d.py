@@ -18,6 +18,8 @@ Models (sizes chosen so a 2x2x2 build fits in minutes on 2 cores; the head count
 * ``fused``: a Falcon-style fused qkv of ``heads + 2`` heads (4 + 2 = 6) viewed as heads, k and v
   sliced off the end, batch 8, seq 4;
 * ``linear``: ``nn.Linear(6, 10)`` on ``[8, 6]`` (a bias of 10: nested uneven over two mesh dims);
+* ``mlp6`` / ``mlp12``: ``Linear(8, h) -> ReLU -> Linear(h, 8)`` on ``[8, 8]`` with a hidden of 6 or
+  12 (6 splits unevenly over two mesh dims of 2, 12 over three);
 * ``falcon_style``: the project's Falcon (multi-query, the list index), 1 layer, hidden 64, 4 heads;
   ``falcon_style_h8``: the same with 8 heads (a fused dim of 10 heads: 5 per rank after one split);
 * ``falcon``: transformers' Falcon, same sizes; ``llama3``: ``llama3_small()`` (2 layers, dim 64);
@@ -37,7 +39,7 @@ import time
 from pathlib import Path
 
 CALLS = ("alone", "default")
-MODELS = ("seed", "seed_h10", "fused", "linear", "falcon_style", "falcon_style_h8", "falcon", "llama3", "fuzz", "seed_517")
+MODELS = ("seed", "seed_h10", "fused", "linear", "mlp6", "mlp12", "falcon_style", "falcon_style_h8", "falcon", "llama3", "fuzz", "seed_517")
 
 
 def _builders(name: str):
@@ -81,6 +83,10 @@ def _builders(name: str):
         return lambda: SeedBlock(cfg), lambda: torch.randn(cfg.batch, cfg.seq, cfg.hidden)
     if name == "fused":
         return lambda: Fused(4), lambda: torch.randn(8, 4, 16)
+    if name in ("mlp6", "mlp12"):
+        hidden = int(name[3:])
+        return (lambda: nn.Sequential(nn.Linear(8, hidden), nn.ReLU(), nn.Linear(hidden, 8)),
+                lambda: torch.randn(8, 8))
     if name == "linear":
         return lambda: nn.Linear(6, 10), lambda: torch.randn(8, 6)
     if name == "falcon_style_h8":

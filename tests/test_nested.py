@@ -107,6 +107,29 @@ def test_bias_split_unevenly_on_a_3d_mesh() -> None:
         assert nested_uneven(_spec(mesh_shape, placements, shape), mesh_shape) is None, (name, placements)
 
 
+@pytest.mark.ondemand
+@pytest.mark.parametrize("hidden", [6, 12])
+def test_mlp_hidden_split_unevenly_on_a_3d_mesh(hidden: int) -> None:
+    """``Linear(8, h) -> ReLU -> Linear(h, 8)`` on 2×2×2 (~40 s a run): a hidden of 6 (over two mesh
+    dims of 2) or 12 (over three) is stored nested uneven by autoparallel alone, whose graph then
+    fails to run (at a54c252: "type mismatch: SymInt vs int" and "shape '[2]' is invalid for input of
+    size 1") and whose audit names ``nested_uneven``; the default call is exact and clean."""
+    def model():
+        return nn.Sequential(nn.Linear(8, hidden), nn.ReLU(), nn.Linear(hidden, 8))
+
+    audits: list = []
+    alone = run_numerics(model, lambda: torch.randn(8, 8), (2, 2, 2), atol=1e-4, rtol=1e-4,
+                         after_apply=lambda autop: audits.append(apc.audit(autop)))
+    assert not alone.ok, str(alone)
+    assert audits and audits[0].by_kind("nested_uneven"), audits
+    audits.clear()
+    fixed = run_numerics(model, lambda: torch.randn(8, 8), (2, 2, 2), atol=1e-4, rtol=1e-4,
+                         configure=lambda autop: autop.add_op_constraints(),
+                         after_apply=lambda autop: audits.append(apc.audit(autop)))
+    assert fixed.ok, str(fixed)
+    assert audits[0].ok, audits[0]
+
+
 def test_a_pinned_parameter_keeps_the_memory_budget_solvable() -> None:
     """autoparallel leaves a user-pinned parameter out of its memory rows; the budget recomputation
     skips it too (it once read the pinned bias's ratio from a row that does not hold it and raised
