@@ -21,7 +21,6 @@ Models (sizes chosen so a 2x2x2 build fits in minutes on 2 cores; the head count
 * ``mlp6`` / ``mlp12``: ``Linear(8, h) -> ReLU -> Linear(h, 8)`` on ``[8, 8]`` with a hidden of 6 or
   12 (6 splits unevenly over two mesh dims of 2, 12 over three);
 * ``falcon_style``: the project's Falcon (multi-query, the list index), 1 layer, hidden 64, 4 heads;
-  ``falcon_style_h8``: the same with 8 heads (a fused dim of 10 heads: 5 per rank after one split);
 * ``falcon``: transformers' Falcon, same sizes; ``llama3``: ``llama3_small()`` (2 layers, dim 64);
 * ``fuzz``: the mutation table's fuzz model (every step of the fuzz menu);
 * ``seed_517``: the seed block at the 2-D PR #517 sizes (16 heads x 64, batch 8, seq 64), for a
@@ -39,23 +38,21 @@ import time
 from pathlib import Path
 
 CALLS = ("alone", "default")
-MODELS = ("seed", "seed_h10", "fused", "linear", "mlp6", "mlp12", "falcon_style", "falcon_style_h8", "falcon", "llama3", "fuzz", "seed_517")
+MODELS = ("seed", "seed_h10", "fused", "linear", "mlp6", "mlp12", "falcon_style", "falcon", "llama3", "fuzz", "seed_517")
 
 
 def _builders(name: str):
     import torch
     from torch import nn
 
-    from autoparallel_constraints.models import SeedBlock, SeedConfig, falcon_style, falcon_tiny, llama3_small
-
-    class Logits(nn.Module):
-        def __init__(self, model: nn.Module) -> None:
-            super().__init__()
-            self.model = model
-
-        def forward(self, ids):
-            out = self.model(ids)
-            return getattr(out, "logits", out)
+    from autoparallel_constraints.models import (
+        CausalLMLogits,
+        SeedBlock,
+        SeedConfig,
+        falcon_style,
+        falcon_tiny,
+        llama3_small,
+    )
 
     class Fused(nn.Module):
         """Falcon's fused qkv: heads + 2 heads in one projection, viewed as heads."""
@@ -89,12 +86,9 @@ def _builders(name: str):
                 lambda: torch.randn(8, 8))
     if name == "linear":
         return lambda: nn.Linear(6, 10), lambda: torch.randn(8, 6)
-    if name == "falcon_style_h8":
-        model_fn, input_fn = falcon_style(heads=8)
-        return lambda: Logits(model_fn()), input_fn
     if name in ("falcon_style", "falcon", "llama3"):
         model_fn, input_fn = {"falcon_style": falcon_style, "falcon": falcon_tiny, "llama3": llama3_small}[name]()
-        return lambda: Logits(model_fn()), input_fn
+        return lambda: CausalLMLogits(model_fn()), input_fn
     if name == "fuzz":
         from autoparallel_constraints.harness._fuzz import FuzzModel
         from autoparallel_constraints.lab._mutate import _fuzz_spec
