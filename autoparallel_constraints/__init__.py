@@ -50,6 +50,7 @@ from .errors import (  # noqa: E402
     VerificationWarning,
 )
 from .formulations import FORMULATIONS, Formulation, register_formulation  # noqa: E402
+from .plan._build_memo import use_build_memo  # noqa: E402
 from .plan._cache_guard import install as _install_cache_guard  # noqa: E402
 from .plan._plugin import NoMatchingNodesWarning, add_op_constraints  # noqa: E402
 from .plan._plugin import install as _install_plugin  # noqa: E402
@@ -107,6 +108,7 @@ __all__ = [
     "default_table",
     "register_formulation",
     "register_rule",
+    "use_build_memo",
     "use_solver",
     "verify",
 ]

@@ -15,6 +15,9 @@ Two lines of defence, both active once the plugin is imported:
   error repeated by nine families built after it in one process);
 * **detect** — :func:`check_strategies` (run by ``add_op_constraints``) refuses an optimizer whose
   strategies carry another mesh than its own, with the fix.
+
+The same wrapper runs the build under :func:`._build_memo.memoized_redistribute_cost`, which
+answers DTensor's repeated redistribution-cost questions from a per-build memo (same values).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import logging
 from typing import Any
 
 from ..errors import StaleStrategiesError
+from ._build_memo import memoized_redistribute_cost
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +70,8 @@ def _wrap_enter(original: Any) -> Any:
             clear()
             _filled_for = key
         try:
-            return original(self)
+            with memoized_redistribute_cost():
+                return original(self)
         except BaseException:
             logger.info("apc: AutoParallel.__enter__ raised; clearing autoparallel's caches it may have left half-written")
             clear()

@@ -1,0 +1,86 @@
+"""How many ILP variables autoparallel would create for a model on a mesh, counted after its
+strategy enumeration and before it creates any (so a model whose ILP does not fit in memory can
+still be sized). One process per call.
+
+    python benchmarks/ilp_size.py --model falcon_style --mesh 2x2x2
+
+Printed: enumeration seconds and peak resident memory, graph nodes, strategies per node (median
+and max), the variable count (one per node x argument x own strategy x producer strategy, as
+autoparallel's ``walk_over_options`` yields them) and the ops holding the most. Models are
+``numerics_3d.py``'s. Rests on autoparallel at the pin: ``ShardingOptimizer.__init__`` enumerates
+strategies, then calls ``_create_pulp_variables``, which this script replaces by a counter that
+stops the build.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+class _Sized(Exception):
+    """Raised by the counter to stop the build once the variables are counted."""
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="seed")
+    p.add_argument("--mesh", default="2x2x2")
+    args = p.parse_args()
+
+    import torch
+    from autoparallel import optimize_sharding
+    from autoparallel.api import AutoParallel
+
+    import autoparallel_constraints  # noqa: F401  (the cache guard and build memo, as users get them)
+    from autoparallel_constraints.plan import _build_memo
+    from autoparallel_constraints.testing import cpu_mesh, device_name
+
+    sys.path.insert(0, str(HERE))
+    from numerics_3d import _builders
+
+    found: dict = {}
+
+    def count(self) -> None:
+        by_op: collections.Counter = collections.Counter()
+        strategies = []
+        for node in self.strats:
+            if node.op == "output":
+                continue
+            by_op[str(node.target)] += sum(1 for _ in self.walk_over_options(node))
+            strategies.append(len(self.strats[node].strategies))
+        strategies.sort()
+        found.update(variables=sum(by_op.values()), nodes=len(strategies),
+                     strategies_median=strategies[len(strategies) // 2], strategies_max=strategies[-1],
+                     top_ops=by_op.most_common(6))
+        raise _Sized
+
+    optimize_sharding.ShardingOptimizer._create_pulp_variables = count
+    mesh = tuple(int(x) for x in args.mesh.split("x"))
+    model_fn, input_fn = _builders(args.model)
+    with torch.device("meta"):
+        model = model_fn()
+    t0 = time.perf_counter()
+    try:
+        with device_name("H100"), AutoParallel(model, lambda: input_fn(), cpu_mesh(mesh), dynamic=True):
+            pass
+    except _Sized:
+        pass
+    stats = _build_memo.last_stats
+    print(json.dumps({
+        "model": args.model, "mesh": list(mesh), "enumeration_s": round(time.perf_counter() - t0, 1),
+        "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2), **found,
+        "memo_calls": stats.calls if stats else None, "memo_computed": stats.computed if stats else None,
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
