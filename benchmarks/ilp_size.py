@@ -6,8 +6,10 @@ still be sized). One process per call.
 
 Printed: enumeration seconds and peak resident memory, graph nodes, strategies per node (median
 and max), the variable count (one per node x argument x own strategy x producer strategy, as
-autoparallel's ``walk_over_options`` yields them) and the ops holding the most. Models are
-``numerics_3d.py``'s. Rests on autoparallel at the pin: ``ShardingOptimizer.__init__`` enumerates
+autoparallel's ``walk_over_options`` yields them, nodes linked to an identical one left out as
+autoparallel leaves them out; the count without that sharing beside it) and the ops holding the most. Models are
+``numerics_3d.py``'s, and ``llama3_8b`` (autoparallel's llama3 at Llama3-8B shapes, 2 layers, as
+the lab builds it, with mesh dims named dp/tp/cp on 3-D meshes). Rests on autoparallel at the pin: ``ShardingOptimizer.__init__`` enumerates
 strategies, then calls ``_create_pulp_variables``, which this script replaces by a counter that
 stops the build.
 """
@@ -49,27 +51,41 @@ def main() -> int:
     found: dict = {}
 
     def count(self) -> None:
+        # as _create_pulp_variables: nodes linked to an identical one (repeated layers) share its
+        # variables and create none
+        linked = {key[0] for key in self.cluster_links}
         by_op: collections.Counter = collections.Counter()
         strategies = []
+        unlinked = 0
         for node in self.strats:
             if node.op == "output":
                 continue
-            by_op[str(node.target)] += sum(1 for _ in self.walk_over_options(node))
+            n = sum(1 for _ in self.walk_over_options(node))
+            unlinked += n
+            if self.node_map[node] not in linked:
+                by_op[str(node.target)] += n
             strategies.append(len(self.strats[node].strategies))
         strategies.sort()
-        found.update(variables=sum(by_op.values()), nodes=len(strategies),
+        found.update(variables=sum(by_op.values()), without_cluster_links=unlinked, nodes=len(strategies),
                      strategies_median=strategies[len(strategies) // 2], strategies_max=strategies[-1],
                      top_ops=by_op.most_common(6))
         raise _Sized
 
     optimize_sharding.ShardingOptimizer._create_pulp_variables = count
     mesh = tuple(int(x) for x in args.mesh.split("x"))
-    model_fn, input_fn = _builders(args.model)
-    with torch.device("meta"):
-        model = model_fn()
+    names = ("dp", "tp", "cp")[: len(mesh)] if len(mesh) == 3 else None
+    if args.model == "llama3_8b":
+        from autoparallel_constraints.lab._models import _llama3_model
+
+        lab = _llama3_model(mesh, size="full", layers=2, dim=None)
+        model, input_fn = lab.model, lab.input_fn
+    else:
+        model_fn, input_fn = _builders(args.model)
+        with torch.device("meta"):
+            model = model_fn()
     t0 = time.perf_counter()
     try:
-        with device_name("H100"), AutoParallel(model, lambda: input_fn(), cpu_mesh(mesh), dynamic=True):
+        with device_name("H100"), AutoParallel(model, lambda: input_fn(), cpu_mesh(mesh, names), dynamic=True):
             pass
     except _Sized:
         pass

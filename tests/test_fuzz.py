@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from hypothesis import HealthCheck, assume, event, example, given, note, settings
+from hypothesis import HealthCheck, Phase, assume, event, example, given, note, settings
 from hypothesis import strategies as st
 from torch.distributed.tensor.placement_types import Replicate, Shard
 
@@ -111,6 +111,11 @@ def check_spec(spec: ModelSpec) -> Covered:
     event(f"size couplings in the ILP: {', '.join(kinds) or 'none'}")
     assert audits and audits[0].ok, audits[0] if audits else report
     assert report.ok, report
+    # exact numbers with an output the verifier could not prove is a false alarm for the user;
+    # a rank's chunk of an uneven pin (seq 5 on (2,): 3 and 2) is a slice the verifier does not
+    # read yet (docs/verifier.md), so only evenly split pins are held to it
+    ver = audits[0].verification
+    assert ver is not None and (ver.ok or _uneven(spec)), ver
     index_put = any(n.startswith("index_put") for n in added[0].nodes)
     return Covered(mesh=spec.mesh, uneven=_uneven(spec), index_put=index_put, size_couplings=kinds)
 
@@ -145,6 +150,37 @@ def test_fuzz_sample():
     assert any(c.index_put for c in covered), covered
     assert any(c.size_couplings for c in covered), covered
     assert any(c.uneven and c.mesh == (2,) for c in covered), covered
+
+
+# Drawn by the 3-D sweep, exact numbers with an output the verifier left unproven (a false
+# VerificationWarning). NESTED_SEQ_3D: seq 4 split by mesh dims 0 and 2, gathered by the plugin
+# with a rank slice whose end torch traces as sym_ite(coord == last, size - ceil, ceil); proven
+# once the verifier read sym_ite with equal branches. GATHER_CUT_3D: a rank slice on batch, then an
+# all_gather cut back into pieces at sym_size(gathered, 0) // 2, a size torch traces unbacked;
+# proven once the verifier read sym_size of an evenly split value.
+NESTED_SEQ_3D = ModelSpec(
+    batch=4, seq=4, heads=2, head_dim=2, steps=(Step("scatter", 1), Step("cat", 1)), mesh=(2, 2, 2),
+    input_placements=("S1", "R", "S1"),
+)
+GATHER_CUT_3D = ModelSpec(
+    batch=2, seq=4, heads=2, head_dim=2,
+    steps=(Step("cat", 1), Step("scale_mul", 1), Step("scale_mul", 1), Step("cat", 1)), mesh=(2, 2, 2),
+    input_placements=("R", "S1", "R"),
+)
+
+
+@pytest.mark.full
+@fuzz_settings(phases=(Phase.explicit,))
+@example(NESTED_SEQ_3D)
+@example(GATHER_CUT_3D)
+@given(model_specs(MESHES_3D))
+def test_3d_gathers_are_proven(spec):
+    """The cases above: exact, audit clean, and every output proven (no VerificationWarning)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", apc.VerificationWarning)
+        check_spec(spec)
 
 
 @pytest.mark.ondemand

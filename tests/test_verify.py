@@ -657,3 +657,22 @@ def test_a_gather_reassembled_by_a_view_is_proven_only_when_it_is_the_cat(shape,
     assert report.ok is proven, str(report)
     if proven:
         assert report.n_unknown == 0 and not report.unproven_outputs, str(report)
+
+
+def test_sym_ite_with_equal_branches_is_its_branch_and_unequal_stays_unknown():
+    """A rank's chunk end traced as ``sym_ite(coord == last, size - ceil, ceil)`` is read as the
+    branch when both branches are the same value (an even split: the rank does not matter); when
+    they differ (an uneven split) it is not collapsed to either, so a rank slice with it stays
+    unproven rather than passed."""
+    import sympy
+
+    from autoparallel_constraints.verifier._values import _SCALAR, _scalar_value
+
+    graph = torch.fx.Graph()
+    cond = graph.placeholder("cond")
+    node = graph.call_function(torch.sym_ite, (cond, 2, 2))
+    coord = sympy.Symbol("coord0")
+    assert _scalar_value(node, (_SCALAR, 2, 2)) == 2
+    assert _scalar_value(node, (_SCALAR, 2 * coord + 2, 2 + 2 * coord)) == 2 * coord + 2
+    assert _scalar_value(node, (_SCALAR, 2, 3)) is _SCALAR
+    assert _scalar_value(node, (_SCALAR, coord, 1)) is _SCALAR

@@ -340,6 +340,14 @@ def _scalar_value(node: torch.fx.Node, args: Any) -> Any:
     ):
         # torch >= 2.15 clamps a rank's chunk bounds: sym_min(chunk * coord, size) (see _drop_clamps)
         return clamp[0](args) if all(isinstance(a, int) for a in args) else clamp[1](*args)
+    if node.target is torch.sym_ite and len(args) == 3:
+        # a rank's chunk end: sym_ite(coord == last, size - ceil, ceil); on an even split both
+        # branches are the same value, so the condition on the rank does not matter
+        _, a, b = args
+        if all(isinstance(v, (int, sympy.Expr)) and not isinstance(v, bool) for v in (a, b)) and sympy.simplify(
+            sympy.sympify(a) - sympy.sympify(b)
+        ) == 0:
+            return a
     val = node.meta.get("val")
     if isinstance(val, (bool, int, float)):
         return val

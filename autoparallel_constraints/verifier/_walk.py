@@ -40,6 +40,7 @@ from ._values import (
     _Chunks,
     _concrete,
     _Const,
+    _even_local_shape,
     _fetch_attr,
     _Fill,
     _Gathered,
@@ -387,7 +388,27 @@ class _Verifier(_Collectives, _Views, _Decomposed, _Propagation):
             symbol = sympy.Symbol(f"coord{mesh_dim}_{node.name}", integer=True, nonnegative=True)
             self.sym_coords[symbol] = mesh_dim
             return symbol
+        if target is aten.sym_size.int and len(args) == 2 and isinstance(args[1], int):
+            size = self._even_local_size(args[0], args[1])
+            if size is not None:
+                return size
         return _scalar_value(node, args)
+
+    def _even_local_size(self, x: Any, dim: int) -> int | None:
+        """This rank's size of ``x`` on ``dim`` where every rank has the same: a spec that splits
+        evenly, or the stack an all_gather of one makes (group size times the shard on dim 0).
+        torch traces such sizes as unbacked symbols when a rank slice made them (a gather then
+        cut back into pieces by ``size // group``); an uneven split is left to the traced value."""
+        spec = x.spec if isinstance(x, _Stacked) and x.piece is None else x
+        if not _is_spec(spec) or spec.tensor_meta is None:
+            return None
+        shape = _even_local_shape(tuple(spec.tensor_meta.shape), tuple(spec.placements), self.sizes)
+        if shape is None or not -len(shape) <= dim < len(shape):
+            return None
+        size = shape[dim]
+        if isinstance(x, _Stacked) and dim % len(shape) == 0:
+            size *= math.prod(self.sizes[d] for d in x.dims)
+        return size if isinstance(size, int) else None
 
     def _getitem(self, node: torch.fx.Node, args: Any) -> Any:
         base, index = args
