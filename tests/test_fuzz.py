@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass
 
 import pytest
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 from torch.distributed.tensor.placement_types import Replicate, Shard
 
 import autoparallel_constraints as apc
+from autoparallel_constraints.core._upstream import KNOWN
 from autoparallel_constraints.harness._fuzz import MENU, FuzzModel, ModelSpec, Step
 from autoparallel_constraints.plan._sizes import KINDS
 from autoparallel_constraints.testing import run_numerics
@@ -86,6 +88,9 @@ class Covered:
     size_couplings: tuple[str, ...]  # coupling kinds in the ILP
 
 
+_VIEW_NESTED_UNEVEN = next(k for k in KNOWN if k.name == "view-nested-uneven")
+
+
 def check_spec(spec: ModelSpec) -> Covered:
     note(spec.to_code())
     # what the sweep covered, in --hypothesis-show-statistics
@@ -107,6 +112,11 @@ def check_spec(spec: ModelSpec) -> Covered:
         after_apply=lambda autop: audits.append(apc.audit(autop)),
     )
     note(str(report))
+    if len(spec.mesh) == 3 and report.error and report.error.startswith("build:") and re.search(_VIEW_NESTED_UNEVEN.message, report.error):
+        # autoparallel's build refuses the model before any plan exists (a known upstream limit,
+        # docs/limits.md): not a plan to check
+        event("3-D: refused by autoparallel's build (view-nested-uneven)")
+        assume(False)
     kinds = tuple(k for k in KINDS if added and any(n.startswith(f"size.{k}_") for n in added[0].constraint_names))
     event(f"size couplings in the ILP: {', '.join(kinds) or 'none'}")
     assert audits and audits[0].ok, audits[0] if audits else report
