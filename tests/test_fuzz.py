@@ -167,7 +167,9 @@ def test_fuzz_sample():
 # with a rank slice whose end torch traces as sym_ite(coord == last, size - ceil, ceil); proven
 # once the verifier read sym_ite with equal branches. GATHER_CUT_3D: a rank slice on batch, then an
 # all_gather cut back into pieces at sym_size(gathered, 0) // 2, a size torch traces unbacked;
-# proven once the verifier read sym_size of an evenly split value.
+# proven once the verifier read sym_size of an evenly split value. MERGED_ROWS_3D: a linear on
+# batch and seq split by mesh dims 1 and 2, one pair per rank; its einsum's bmm takes their
+# flatten as rows; proven once the verifier kept such rows through the bmm and back.
 NESTED_SEQ_3D = ModelSpec(
     batch=4, seq=4, heads=2, head_dim=2, steps=(Step("scatter", 1), Step("cat", 1)), mesh=(2, 2, 2),
     input_placements=("S1", "R", "S1"),
@@ -178,13 +180,19 @@ GATHER_CUT_3D = ModelSpec(
     input_placements=("R", "S1", "R"),
 )
 
+MERGED_ROWS_3D = ModelSpec(
+    batch=2, seq=2, heads=2, head_dim=2, steps=(Step("linear", 1),), mesh=(2, 2, 2),
+    input_placements=("R", "S0", "S1"), pin_output=True,
+)
+
 
 @pytest.mark.full
 @fuzz_settings(phases=(Phase.explicit,))
 @example(NESTED_SEQ_3D)
 @example(GATHER_CUT_3D)
+@example(MERGED_ROWS_3D)
 @given(model_specs(MESHES_3D))
-def test_3d_gathers_are_proven(spec):
+def test_3d_cases_once_unproven_are_proven(spec):
     """The cases above: exact, audit clean, and every output proven (no VerificationWarning)."""
     import warnings
 

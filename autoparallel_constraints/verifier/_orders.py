@@ -53,6 +53,8 @@ def _updated_order(spec: Any, changes: dict[int, Placement], append_to: int | No
 
 # matmuls -> the dim each operand is contracted along
 _CONTRACTED_DIMS = {aten.bmm.default: (2, 1), aten.mm.default: (1, 0)}
+# the dim of each operand that is a dim of the output, at the same index: rows of the first, columns of the second
+_FREE_DIMS = {aten.bmm.default: (1, 2), aten.mm.default: (0, 1)}
 
 
 def _orders(spec: Any) -> dict[frozenset[int], tuple[int, ...]]:
@@ -170,30 +172,62 @@ def _size1_moves(spec: Any, local: Sequence[int]) -> list[Any]:
     puts it where it likes: einsum drops a local size-1 batch dim into a bmm's rows
     (``[16, 64, 4(S), 1] -> [1, 16, 64]`` is ``[4(S), 16, 64] -> [1, 64(S), 64]``). Each move is
     the global permute of the same tensor, so every reading stays true."""
-    from torch.distributed.tensor._dtensor_spec import DTensorSpec, ShardOrderEntry, TensorMeta
-
-    if any(isinstance(p, _StridedShard) for p in spec.placements):
-        return []
-    shape = list(spec.tensor_meta.shape)
-    movable = sorted({d for d in (_sharded_dim(p) for p in spec.placements) if d is not None and local[d] == 1 < shape[d]})
+    movable = _size1_sharded(spec, local)
     out = []
     for src in movable:
-        for dst in range(len(shape)):
+        for dst in range(len(local)):
             if dst == src:
                 continue
-            perm = list(range(len(shape)))
+            perm = list(range(len(local)))
             perm.insert(dst, perm.pop(src))  # new dim i holds old dim perm[i]
-            where = {old: new for new, old in enumerate(perm)}
-            new_shape = torch.Size(shape[old] for old in perm)
-            placements = tuple(Shard(where[p.dim]) if isinstance(p, Shard) else p for p in spec.placements)
-            order = tuple(sorted((ShardOrderEntry(tensor_dim=where[e.tensor_dim], mesh_dims=e.mesh_dims)
-                                  for e in getattr(spec, "shard_order", None) or ()), key=lambda e: e.tensor_dim))
-            meta = TensorMeta(new_shape, _contiguous_stride(new_shape), spec.tensor_meta.dtype)
-            try:
-                out.append(DTensorSpec(spec.mesh, placements, tensor_meta=meta, shard_order=order or None))
-            except Exception:  # noqa: BLE001 - an order DTensorSpec rejects: the default one
-                out.append(DTensorSpec(spec.mesh, placements, tensor_meta=meta))
+            out.append(_permuted(spec, perm))
     return out
+
+
+def _size1_blocks(spec: Any, local: Sequence[int]) -> list[Any]:
+    """Readings of ``spec``'s local bytes with all its dims sharded down to local size 1 moved
+    together, in their order, to every position: the layouts a flatten of two or more of them
+    can start from. A rank holding one (batch, seq) pair of ``[k, b(S), s(S), 1]`` traces the
+    einsum operand ``[1, 1, k]`` from it, which is ``[b, s, k, 1] -> [1, b*s, k]`` (see
+    :meth:`_Views._merged_flattens`). Each is a global permute of the same tensor, as in
+    :func:`_size1_moves`; none when fewer than two dims are movable. Their own order is kept:
+    with batch = seq, ``[s, b]`` would read the transposed tensor as this one, and the local
+    graph could not tell them apart."""
+    movable = _size1_sharded(spec, local)
+    if len(movable) < 2:
+        return []
+    rest = [d for d in range(len(local)) if d not in movable]
+    out = []
+    for at in range(len(rest) + 1):
+        perm = rest[:at] + movable + rest[at:]
+        if perm != sorted(perm):
+            out.append(_permuted(spec, perm))
+    return out
+
+
+def _size1_sharded(spec: Any, local: Sequence[int]) -> list[int]:
+    """The tensor dims of ``spec`` sharded down to local size 1 (none for strided shards)."""
+    if any(isinstance(p, _StridedShard) for p in spec.placements):
+        return []
+    shape = spec.tensor_meta.shape
+    return sorted({d for d in (_sharded_dim(p) for p in spec.placements) if d is not None and local[d] == 1 < shape[d]})
+
+
+def _permuted(spec: Any, perm: Sequence[int]) -> Any:
+    """``spec`` permuted: new dim i holds old dim ``perm[i]``, shards and shard order carried."""
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec, ShardOrderEntry, TensorMeta
+
+    shape = list(spec.tensor_meta.shape)
+    where = {old: new for new, old in enumerate(perm)}
+    new_shape = torch.Size(shape[old] for old in perm)
+    placements = tuple(Shard(where[p.dim]) if isinstance(p, Shard) else p for p in spec.placements)
+    order = tuple(sorted((ShardOrderEntry(tensor_dim=where[e.tensor_dim], mesh_dims=e.mesh_dims)
+                          for e in getattr(spec, "shard_order", None) or ()), key=lambda e: e.tensor_dim))
+    meta = TensorMeta(new_shape, _contiguous_stride(new_shape), spec.tensor_meta.dtype)
+    try:
+        return DTensorSpec(spec.mesh, placements, tensor_meta=meta, shard_order=order or None)
+    except Exception:  # noqa: BLE001 - an order DTensorSpec rejects: the default one
+        return DTensorSpec(spec.mesh, placements, tensor_meta=meta)
 
 
 def _strided_flatten(spec: Any, global_out: Sequence[int]) -> Any:

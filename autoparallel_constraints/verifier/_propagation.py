@@ -45,6 +45,7 @@ from ._values import (
     _unique,
     _Unknowable,
     _Unknown,
+    _unmerged,
     _Violation,
     aten,
 )
@@ -216,7 +217,9 @@ class _Propagation:
             if isinstance(a, _Unknown):
                 return a
         if any(isinstance(a, _Merged) for a in flat):
-            return self._contract_merged(node, args, kwargs)
+            if node.target in _VIEW_SHAPE_ARG and node.target is not aten.expand.default and isinstance(args[0], _Merged):
+                return self._view(node, (_unmerged(args[0]), *args[1:]), kwargs)
+            return self._matmul_merged(node, args, kwargs)
         if any(isinstance(a, (_Stacked, _Chunks, _Restacked)) for a in flat):
             if node.target in _STRICT_VIEW and isinstance(flat[0], _Stacked):
                 joined = self._stacked_view(node, flat[0])

@@ -136,11 +136,38 @@ class _Merged:
     sharded by the same mesh dims: the same count per rank, a different index set. Contracting two
     operands of the same ``layout`` along ``dim`` sums the same products on every rank as the
     stand-in does (a permutation of the contracted index, applied to both), so there, and only
-    there, the stand-in is exact."""
+    there, the stand-in is exact. A matmul whose other operand leaves ``dim`` a free dim (a bmm's
+    rows or columns) maps each row to its own output row, so the output is merged the same way;
+    a view that unflattens ``dim`` reads :func:`_unmerged`, the value before the flatten."""
 
     spec: Any
     dim: int
     layout: tuple[tuple[int, tuple[int, ...]], ...]
+
+
+def _unmerged(merged: _Merged) -> Any:
+    """The spec ``merged`` is a flatten of: ``dim`` back into the layout's dims, each sharded by
+    its own mesh dims in order. Each rank holds the row-major product of its blocks, which is this
+    spec's local tensor flattened, so it reads the same bytes exactly."""
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec, ShardOrderEntry, TensorMeta
+
+    spec, d, layout = merged.spec, merged.dim, merged.layout
+    extra = len(layout) - 1
+    shift = lambda t: t if t < d else t + extra  # noqa: E731 - a tensor dim after the unflatten
+    placements = [Shard(shift(p.dim)) if isinstance(p, Shard) and p.dim != d else p for p in spec.placements]
+    order = [ShardOrderEntry(tensor_dim=shift(e.tensor_dim), mesh_dims=e.mesh_dims)
+             for e in getattr(spec, "shard_order", None) or () if e.tensor_dim != d]
+    for j, (_, mesh_dims) in enumerate(layout):
+        for m in mesh_dims:
+            placements[m] = Shard(d + j)
+        if len(mesh_dims) > 1:
+            order.append(ShardOrderEntry(tensor_dim=d + j, mesh_dims=tuple(mesh_dims)))
+    shape = list(spec.tensor_meta.shape)
+    shape[d:d + 1] = [size for size, _ in layout]
+    size = torch.Size(shape)
+    meta = TensorMeta(size, _contiguous_stride(size), spec.tensor_meta.dtype)
+    order.sort(key=lambda e: e.tensor_dim)
+    return DTensorSpec(spec.mesh, tuple(placements), tensor_meta=meta, shard_order=tuple(order) or None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ import torch.fx
 from torch.distributed.tensor.placement_types import Placement, Replicate, Shard, _StridedShard
 
 from ..core._placements import fmt_spec
-from ._orders import _CONTRACTED_DIMS, _shard_order, _size1_moves, _strided_flatten
+from ._orders import _CONTRACTED_DIMS, _FREE_DIMS, _shard_order, _size1_blocks, _size1_moves, _strided_flatten
 from ._values import (
     _STRICT_VIEW,
     _concrete,
@@ -53,12 +53,13 @@ class _Views:
         for moved, source in inputs:
             new_args = (source, *args[1:])
             found += [((*score, moved), r) for score, r in self._view_candidates(node, new_args, kwargs, out_local, first_error)]
-        if found:
-            readings = tuple(dict.fromkeys(r for _, r in sorted(found, key=lambda f: f[0])))
+        # A flatten of dims sharded by different mesh dims (an einsum's bmm operand) is kept as
+        # one more reading: with a rank's dims at local size 1, a plain global view fits the same
+        # bytes too, and only the matmul tells them apart.
+        merged = [] if expand else self._merged_flattens(spec, out_local)
+        if found or merged:
+            readings = tuple(dict.fromkeys([r for _, r in sorted(found, key=lambda f: f[0])] + merged))
             return readings[0] if len(readings) == 1 else _Readings(readings)
-        merged = self._merged_flatten(spec, out_local)
-        if merged is not None:
-            return merged
         # No global view fits: either the graph is wrong, or it reshapes a layout DTensor's view rule
         # cannot name (e.g. flattening two dims sharded on two mesh dims, as an einsum's bmm does).
         # Not proven either way: unknown, and an output depending on it is unproven (never clean).
@@ -153,24 +154,43 @@ class _Views:
             return v
         return None
 
-    def _merged_flatten(self, spec: Any, out_local: Sequence[int]) -> _Merged | None:
-        """A view flattening dims sharded by different mesh dims into one (see :class:`_Merged`);
-        None when the view is anything else."""
+    def _merged_flattens(self, spec: Any, out_local: Sequence[int]) -> list[_Merged]:
+        """The readings of a view as a flatten of dims sharded by different mesh dims into one (see
+        :class:`_Merged`): from ``spec`` and from its readings with the dims a rank holds one of
+        moved together (:func:`_size1_blocks`). Each global output shape whose shards on this
+        rank have the view's local shape is tried; none unless two sharded dims flatten."""
+        if any(isinstance(p, _StridedShard) for p in spec.placements):
+            return []
+        sharded = [m for m, p in enumerate(spec.placements) if _sharded_dim(p) is not None]
+        if len({_sharded_dim(spec.placements[m]) for m in sharded}) < 2:
+            return []
+        in_size = _prod(spec.tensor_meta.shape)
+        out: list[_Merged] = []
+        for source in (spec, *_size1_blocks(spec, self._local_shape(spec))):
+            for assignment in itertools.product(range(len(out_local)), repeat=len(sharded)):
+                global_out = list(out_local)
+                for o, m in zip(assignment, sharded):
+                    global_out[o] *= self.sizes[m]
+                if _prod(global_out) != in_size:
+                    continue
+                merged = self._merged_flatten(source, global_out, out_local)
+                if merged is not None and merged not in out:
+                    out.append(merged)
+        return out
+
+    def _merged_flatten(self, spec: Any, global_out: Sequence[int], out_local: Sequence[int]) -> _Merged | None:
+        """``spec`` viewed as ``global_out`` when that view flattens dims sharded by different mesh
+        dims into one and maps every other dim whole, and the stand-in's shards have the local
+        shape ``out_local``; None otherwise."""
         from torch.distributed.tensor._ops._view_ops import Flatten, InputDim, Singleton, view_groups
 
         in_global = tuple(spec.tensor_meta.shape)
-        rule = view_groups(self._local_shape(spec), tuple(out_local))
+        rule = view_groups(in_global, tuple(global_out))
         mesh_dims_of = {d: tuple(_shard_order(spec, d)) for d in {_sharded_dim(p) for p in spec.placements} - {None}}
-        if any(isinstance(p, _StridedShard) for p in spec.placements):
-            return None
-        global_out: list[int] = []
         placements: list[Placement] = [p if _sharded_dim(p) is None else Replicate() for p in spec.placements]
         merged: tuple[int, tuple[tuple[int, tuple[int, ...]], ...]] | None = None
         for o, dim_spec in enumerate(rule):
-            if isinstance(dim_spec, Singleton):
-                global_out.append(1)
-            elif isinstance(dim_spec, InputDim):
-                global_out.append(in_global[dim_spec.input_dim])
+            if isinstance(dim_spec, InputDim):
                 for m in mesh_dims_of.get(dim_spec.input_dim, ()):
                     placements[m] = Shard(o)
             elif isinstance(dim_spec, Flatten) and all(isinstance(d, InputDim) for d in dim_spec.input_dims):
@@ -179,34 +199,45 @@ class _Views:
                 if len(sharded) < 2 or merged is not None:
                     return None  # one sharded dim is DTensor's own flatten (or _strided_flatten's)
                 merged = (o, tuple((in_global[d], mesh_dims_of.get(d, ())) for d in dims))
-                global_out.append(_prod(in_global[d] for d in dims))
                 for d in sharded:
                     for m in mesh_dims_of[d]:
                         placements[m] = Shard(o)
-            else:
+            elif not isinstance(dim_spec, Singleton):
                 return None
-        if merged is None or _prod(global_out) != _prod(in_global):
+        if merged is None:
             return None
         stand_in = _contiguous_spec(spec, placements, global_out)
         if self._local_shape(stand_in) != tuple(out_local):
             return None
         return _Merged(stand_in, merged[0], merged[1])
 
-    def _contract_merged(self, node: torch.fx.Node, args: Any, kwargs: Any) -> Any:
-        """A matmul contracting two operands of one merged layout (see :class:`_Merged`)."""
+    def _matmul_merged(self, node: torch.fx.Node, args: Any, kwargs: Any) -> Any:
+        """A matmul with an operand of a merged layout (see :class:`_Merged`): two operands of one
+        layout contracted along it, or one operand merged on a free dim (a bmm's rows or
+        columns), whose output is merged the same way on the matching dim."""
         contracted = _CONTRACTED_DIMS.get(node.target)
-        operands = list(args[:2]) if contracted is not None else []
-        if contracted is None or not any(isinstance(a, _Merged) and a.dim == d for a, d in zip(operands, contracted)):
+        if contracted is None:
             raise _Unknowable(f"{_op_name(node)} of a flatten of dims sharded by different mesh dims")
-        a, b = operands
-        if not (isinstance(a, _Merged) and isinstance(b, _Merged) and (a.dim, b.dim) == contracted):
-            raise _Violation(
-                "hidden_redistribution",
-                f"{_op_name(node)} contracts a flatten of dims sharded by different mesh dims against another layout",
-            )
-        if a.layout != b.layout:
-            raise _Violation(
-                "hidden_redistribution",
-                f"{_op_name(node)} contracts two flattens whose blocks differ: {list(a.layout)} and {list(b.layout)}",
-            )
-        return self._propagate(node, (a.spec, b.spec, *args[2:]), kwargs)
+        a, b = operands = args[:2]
+        if any(isinstance(x, _Merged) and x.dim == d for x, d in zip(operands, contracted)):
+            if not (isinstance(a, _Merged) and isinstance(b, _Merged) and (a.dim, b.dim) == contracted):
+                raise _Violation(
+                    "hidden_redistribution",
+                    f"{_op_name(node)} contracts a flatten of dims sharded by different mesh dims against another layout",
+                )
+            if a.layout != b.layout:
+                raise _Violation(
+                    "hidden_redistribution",
+                    f"{_op_name(node)} contracts two flattens whose blocks differ: {list(a.layout)} and {list(b.layout)}",
+                )
+            return self._propagate(node, (a.spec, b.spec, *args[2:]), kwargs)
+        free = _FREE_DIMS[node.target]
+        merged = [(i, x) for i, x in enumerate(operands) if isinstance(x, _Merged)]
+        if len(merged) != 1 or merged[0][1].dim != free[merged[0][0]]:
+            raise _Unknowable(f"{_op_name(node)} of flattens of dims sharded by different mesh dims on its batch or both free dims")
+        i, x = merged[0]
+        out = self._propagate(node, tuple(o.spec if o is x else o for o in operands) + tuple(args[2:]), kwargs)
+        out_dim = free[i]  # bmm [B, m, k] @ [B, k, n] -> [B, m, n]; mm without B
+        if not _is_spec(out) or tuple(_shard_order(out, out_dim)) != tuple(_shard_order(x.spec, x.dim)):
+            raise _Unknowable(f"{_op_name(node)} moves the shards of a flatten of dims sharded by different mesh dims")
+        return _Merged(out, out_dim, x.layout)
