@@ -34,6 +34,7 @@ from .core._upstream import install as _install_upstream_notes  # noqa: E402
 from .errors import (  # noqa: E402
     AuditError,
     AutoParallelMissingError,
+    BuildTooLargeError,
     ConstraintsError,
     FormulationError,
     InfeasibleConstraintsError,
@@ -51,6 +52,7 @@ from .errors import (  # noqa: E402
 )
 from .formulations import FORMULATIONS, Formulation, register_formulation  # noqa: E402
 from .plan._build_memo import use_build_memo  # noqa: E402
+from .plan._build_size import set_build_budget  # noqa: E402
 from .plan._cache_guard import install as _install_cache_guard  # noqa: E402
 from .plan._plugin import NoMatchingNodesWarning, add_op_constraints  # noqa: E402
 from .plan._plugin import install as _install_plugin  # noqa: E402
@@ -71,6 +73,7 @@ __all__ = [
     "AuditError",
     "AuditReport",
     "AutoParallelMissingError",
+    "BuildTooLargeError",
     "ConstraintReport",
     "ConstraintsError",
     "Flag",
@@ -108,6 +111,7 @@ __all__ = [
     "default_table",
     "register_formulation",
     "register_rule",
+    "set_build_budget",
     "use_build_memo",
     "use_solver",
     "verify",

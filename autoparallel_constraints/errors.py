@@ -10,6 +10,7 @@ from __future__ import annotations
 __all__ = [
     "AutoParallelMissingError",
     "AuditError",
+    "BuildTooLargeError",
     "ConstraintsError",
     "FormulationError",
     "InfeasibleConstraintsError",
@@ -85,6 +86,18 @@ class SolverUnavailableError(ConstraintsError, ImportError):
 
 class SolverTimeLimitError(ConstraintsError, RuntimeError):
     """The solver hit its time limit before it found any feasible plan."""
+
+
+class BuildTooLargeError(ConstraintsError, RuntimeError):
+    """autoparallel's ILP for this model and mesh would not fit in the memory budget
+    (``apc.set_build_budget``): raised inside ``AutoParallel.__enter__`` after the strategy
+    enumeration, before any variable is created. ``size`` is the count (an ``IlpSize``),
+    ``budget_bytes`` the budget it was held to."""
+
+    def __init__(self, message: str, *, size: object = None, budget_bytes: int | None = None) -> None:
+        super().__init__(message)
+        self.size = size
+        self.budget_bytes = budget_bytes
 
 
 class StaleStrategiesError(ConstraintsError, RuntimeError):

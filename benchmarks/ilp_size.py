@@ -7,7 +7,8 @@ still be sized). One process per call.
 Printed: enumeration seconds and peak resident memory, graph nodes, strategies per node (median
 and max), the variable count (one per node x argument x own strategy x producer strategy, as
 autoparallel's ``walk_over_options`` yields them, nodes linked to an identical one left out as
-autoparallel leaves them out; the count without that sharing beside it) and the ops holding the most. Models are
+autoparallel leaves them out, counted as the plugin's build size guard counts them; the count without
+that sharing beside it), the ops holding the most and the seconds the count took. Models are
 ``numerics_3d.py``'s, and ``llama3_8b`` (autoparallel's llama3 at Llama3-8B shapes, 2 layers, as
 the lab builds it, with mesh dims named dp/tp/cp on 3-D meshes). Rests on autoparallel at the pin: ``ShardingOptimizer.__init__`` enumerates
 strategies, then calls ``_create_pulp_variables``, which this script replaces by a counter that
@@ -17,7 +18,6 @@ stops the build.
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import resource
 import sys
@@ -43,6 +43,7 @@ def main() -> int:
 
     import autoparallel_constraints  # noqa: F401  (the cache guard and build memo, as users get them)
     from autoparallel_constraints.plan import _build_memo
+    from autoparallel_constraints.plan._build_size import count_variables
     from autoparallel_constraints.testing import cpu_mesh, device_name
 
     sys.path.insert(0, str(HERE))
@@ -51,24 +52,14 @@ def main() -> int:
     found: dict = {}
 
     def count(self) -> None:
-        # as _create_pulp_variables: nodes linked to an identical one (repeated layers) share its
-        # variables and create none
-        linked = {key[0] for key in self.cluster_links}
-        by_op: collections.Counter = collections.Counter()
-        strategies = []
-        unlinked = 0
-        for node in self.strats:
-            if node.op == "output":
-                continue
-            n = sum(1 for _ in self.walk_over_options(node))
-            unlinked += n
-            if self.node_map[node] not in linked:
-                by_op[str(node.target)] += n
-            strategies.append(len(self.strats[node].strategies))
-        strategies.sort()
-        found.update(variables=sum(by_op.values()), without_cluster_links=unlinked, nodes=len(strategies),
+        # the plugin's own count (the build size guard's), then what it leaves out: strategies per
+        # node, and the variables before repeated layers share theirs
+        size = count_variables(self)
+        strategies = sorted(len(self.strats[n].strategies) for n in self.strats if n.op != "output")
+        unlinked = sum(1 for n in self.strats if n.op != "output" for _ in self.walk_over_options(n))
+        found.update(variables=size.variables, without_cluster_links=unlinked, nodes=len(strategies),
                      strategies_median=strategies[len(strategies) // 2], strategies_max=strategies[-1],
-                     top_ops=by_op.most_common(6))
+                     top_ops=list(size.top_ops), count_s=round(size.seconds, 2))
         raise _Sized
 
     optimize_sharding.ShardingOptimizer._create_pulp_variables = count

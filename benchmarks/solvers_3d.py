@@ -10,7 +10,10 @@ verdict (integral, or fractional and the MIP ran); then, per formulation, (build
 shared, so those two are computed from the measured parts (medians), not timed end to end.
 
 The seed block at 6 heads x 8, batch = seq = 8 (as ``numerics_3d.py``'s ``seed``): input and output
-pinned ``(S(0), R, R)``, the parameter memory constraint on. No apply.
+pinned ``(S(0), R, R)``, the parameter memory constraint on. No apply. ``--model llama3_8b``:
+autoparallel's llama3 at Llama3-8B shapes as the lab builds it (``--layers``, default 2; mesh dims
+named dp/tp/cp on 3-D meshes; its input/output pins and mixed precision). The process's peak
+resident memory is printed after the build and at the end.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--json", default=None)
+    p.add_argument("--model", default="seed", choices=("seed", "llama3_8b"))
+    p.add_argument("--layers", type=int, default=2)
     args = p.parse_args()
 
     import torch
@@ -42,31 +47,47 @@ def main() -> int:
     from autoparallel_constraints.workbench._bench import _count_variables
 
     shape = tuple(int(x) for x in args.mesh.split("x"))
-    cfg = SeedConfig(num_heads=6, head_dim=8, batch=8, seq=8)
-    mesh = cpu_mesh(shape)
-    pins = (Shard(0),) + (Replicate(),) * (len(shape) - 1)
-    with torch.device("meta"):
-        model = SeedBlock(cfg)
     rows = args.rows.split(",")
-    with device_name("H100"):
-        t0 = time.perf_counter()
-        with AutoParallel(model, lambda: torch.randn(cfg.batch, cfg.seq, cfg.hidden), mesh, dynamic=True) as autop:
+    if args.model == "llama3_8b":
+        from autoparallel_constraints.lab._models import _llama3_model
+
+        lab = _llama3_model(shape, size="full", layers=args.layers, dim=None)
+        mesh = cpu_mesh(shape, ("dp", "tp", "cp")[: len(shape)] if len(shape) == 3 else lab.mesh_dim_names)
+        enter, constrain, label = (lambda: lab.enter(mesh)), lab.constrain, lab.description
+    else:
+        cfg = SeedConfig(num_heads=6, head_dim=8, batch=8, seq=8)
+        mesh = cpu_mesh(shape)
+        pins = (Shard(0),) + (Replicate(),) * (len(shape) - 1)
+        with torch.device("meta"):
+            model = SeedBlock(cfg)
+        label = "seed 6x8 b8 s8"
+
+        def enter():
+            return AutoParallel(model, lambda: torch.randn(cfg.batch, cfg.seq, cfg.hidden), mesh, dynamic=True)
+
+        def constrain(autop):
             autop.add_input_constraints([pins])
             autop.add_output_constraints([pins])
             autop.add_parameter_memory_constraint()
+    with device_name("H100"):
+        t0 = time.perf_counter()
+        with enter() as autop:
+            constrain(autop)
             build_s = time.perf_counter() - t0
+            build_rss = _peak_rss_gib()
             opt = autop.sharding_optimizer
             # the workbench's count: prob.variables() would sort the problem's variables in place
             size = {"variables": _count_variables(opt.prob), "constraints": len(opt.prob.constraints)}
             print(f"build {build_s:.1f} s; autoparallel's ILP {size['variables']:,} variables, "
-                  f"{size['constraints']:,} rows", flush=True)
+                  f"{size['constraints']:,} rows; peak RSS {build_rss:.2f} GiB", flush=True)
             bench = apc.Workbench(autop, apply=False, check_restore=False)
             results = bench.compare(rows, solvers=args.solvers.split(","), repeat=args.repeat, warmup=args.warmup)
 
     def med(xs):
         return statistics.median(xs), min(xs), max(xs)
 
-    out = {"mesh": list(shape), "model": "seed 6x8 b8 s8", "build_s": build_s, **size, "rows": []}
+    out = {"mesh": list(shape), "model": label, "build_s": build_s, **size, "build_peak_rss_gib": build_rss,
+           "rows": []}
     alone: dict[str, float] = {}
     for r in results:
         plugin, solve = med([x.plugin_s for x in r.runs]), med([x.solve_s for x in r.runs])
@@ -88,9 +109,17 @@ def main() -> int:
             row["plugin_over_build"] = row["plugin_s"][0] / build_s
             print(f"{row['formulation']:<9} {row['solver']:<9} (build + plugin + solve) / (build + alone's solve) "
                   f"{row['build_solve_over_alone']:.4f}; plugin / build {row['plugin_over_build']:.5f}")
+    out["peak_rss_gib"] = _peak_rss_gib()
+    print(f"peak RSS {out['peak_rss_gib']:.2f} GiB (this process; CBC runs as a child)")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
     return 0
+
+
+def _peak_rss_gib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
 if __name__ == "__main__":

@@ -17,7 +17,9 @@ Two lines of defence, both active once the plugin is imported:
   strategies carry another mesh than its own, with the fix.
 
 The same wrapper runs the build under :func:`._build_memo.memoized_redistribute_cost`, which
-answers DTensor's repeated redistribution-cost questions from a per-build memo (same values).
+answers DTensor's repeated redistribution-cost questions from a per-build memo (same values), and
+under :func:`._build_size.size_guard`, which refuses an ILP that cannot fit in memory before
+autoparallel creates it.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 
 from ..errors import StaleStrategiesError
 from ._build_memo import memoized_redistribute_cost
+from ._build_size import size_guard
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +73,7 @@ def _wrap_enter(original: Any) -> Any:
             clear()
             _filled_for = key
         try:
-            with memoized_redistribute_cost():
+            with memoized_redistribute_cost(), size_guard():
                 return original(self)
         except BaseException:
             logger.info("apc: AutoParallel.__enter__ raised; clearing autoparallel's caches it may have left half-written")

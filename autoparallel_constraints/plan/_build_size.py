@@ -1,0 +1,152 @@
+"""Stop autoparallel's build before it creates an ILP that cannot fit in memory.
+
+Right after its strategy enumeration, autoparallel's ``ShardingOptimizer`` creates one PuLP
+binary variable per (node, argument, own strategy, producer strategy) and a cost record for each
+(``_create_pulp_variables``, then the objective and rows), and holds them until the solve. Each
+mesh dim multiplies a tensor's strategies, so a 3-D mesh gives about 40 times the variables of a
+2-D one: a 1-layer Falcon-style LM has 0.30 M on 2×2 and 13.5 M on 2×2×2, and that build was
+killed by the OOM killer at 23 GiB after 43 minutes (docs/meshes_3d.md).
+
+While one ``AutoParallel.__enter__`` runs, :func:`size_guard` counts those variables first, from
+the enumerated strategies (arithmetic, nothing created; 7 ms for 1.13 M), and raises
+:class:`BuildTooLargeError` when ``count * BYTES_PER_VARIABLE`` (the build alone, the solve not
+counted) exceeds the budget: by default the memory the system reports available when the count
+is made (``MemAvailable``, or a cgroup's limit less its usage when lower), or a fixed budget in
+GiB set with :func:`set_build_budget`; ``None`` turns it off. Where neither is known (no
+``/proc/meminfo``) the default checks nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import BuildTooLargeError, InvalidOptionError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["BYTES_PER_VARIABLE", "IlpSize", "count_variables", "set_build_budget", "size_guard"]
+
+# What autoparallel's ILP holds per variable from _create_pulp_variables to the end of the build
+# (variables, cost records, objective, rows), measured as resident memory before and after:
+# 1,283 bytes on the seed block on 2x2 (29,288 variables), 1,330 on 2x2x2 (1.13 M). The solve
+# comes on top (CBC's model in its own process, or HiGHS's in this one), so the estimate is a
+# lower bound: a build refused cannot fit, a build let through may still not.
+BYTES_PER_VARIABLE = 1300
+
+_budget: float | str | None = "available"
+
+
+@dataclass(frozen=True, slots=True)
+class IlpSize:
+    """autoparallel's variables for one build: how many, and the ops holding the most."""
+
+    variables: int
+    nodes: int
+    top_ops: tuple[tuple[str, int], ...]
+    seconds: float  # to count them
+
+    @property
+    def estimate_bytes(self) -> int:
+        return self.variables * BYTES_PER_VARIABLE
+
+
+last_size: IlpSize | None = None
+
+
+def set_build_budget(budget: float | str | None) -> float | str | None:
+    """The memory, in GiB, autoparallel's ILP may take before a build is refused; returns the
+    previous setting. ``"available"`` (the default): what the system reports available when the
+    variables are counted. ``None``: no check (build whatever the size)."""
+    global _budget
+    if budget is not None and budget != "available" and (
+        isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0
+    ):
+        raise InvalidOptionError(
+            f"set_build_budget takes a number of GiB above 0, 'available' or None, got {budget!r}"
+        )
+    previous, _budget = _budget, budget
+    return previous
+
+
+def count_variables(opt: Any) -> IlpSize:
+    """The binary variables ``opt`` (a ``ShardingOptimizer`` whose strategies are enumerated) will
+    create, as its ``walk_over_options`` yields them; nodes linked to an identical one (repeated
+    layers) share that one's and count none, as in ``_create_pulp_variables``."""
+    t0 = time.perf_counter()
+    linked = {key[0] for key in getattr(opt, "cluster_links", {})}
+    by_op: Counter[str] = Counter()
+    nodes = 0
+    for node, op_strategy in opt.strats.items():
+        if node.op == "output" or opt.node_map[node] in linked:
+            continue
+        nodes += 1
+        strategies = op_strategy.strategies
+        n = sum(len(s.redistribute_cost[argi]) for argi in range(len(strategies[0].input_specs)) for s in strategies)
+        by_op[str(node.target)] += n
+    return IlpSize(sum(by_op.values()), nodes, tuple(by_op.most_common(3)), time.perf_counter() - t0)
+
+
+def _available_bytes() -> int | None:
+    """What the system reports available now: ``MemAvailable``, or a cgroup v2 limit less its
+    usage when that is lower; None where neither can be read."""
+    found: list[int] = []
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                found.append(int(line.split()[1]) * 1024)
+    with contextlib.suppress(OSError, ValueError):
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            found.append(int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text()))
+    return min(found) if found else None
+
+
+def _check(opt: Any) -> None:
+    global last_size
+    size = last_size = count_variables(opt)
+    logger.info("apc: autoparallel's ILP will have %d variables (counted in %.2f s)", size.variables, size.seconds)
+    if _budget is None:
+        return
+    budget = _available_bytes() if _budget == "available" else int(_budget * 2**30)
+    if budget is None or size.estimate_bytes <= budget:
+        return
+    gib = lambda b: f"{b / 2**30:.1f} GiB"  # noqa: E731
+    where = "available now" if _budget == "available" else "the budget set with apc.set_build_budget"
+    ops = ", ".join(f"{op} {n:,}" for op, n in size.top_ops)
+    mesh = tuple(getattr(opt, "mesh", None).shape) if getattr(opt, "mesh", None) is not None else "this mesh"
+    raise BuildTooLargeError(
+        f"autoparallel's ILP for this model on mesh {mesh} would have {size.variables:,} binary variables "
+        f"(most in {ops}): at least {gib(size.estimate_bytes)} to build ({BYTES_PER_VARIABLE} bytes each, "
+        f"measured; the solve needs more), more than the {gib(budget)} {where}. Each mesh dim multiplies the strategies of every "
+        "tensor, so a mesh with one dim fewer has tens of times fewer variables; or run on a machine with "
+        "more memory, or call apc.set_build_budget(None) to build anyway.",
+        size=size,
+        budget_bytes=budget,
+    )
+
+
+@contextlib.contextmanager
+def size_guard() -> Iterator[None]:
+    """Within the block, autoparallel's ``_create_pulp_variables`` first counts the variables it
+    will create and raises :class:`BuildTooLargeError` when they cannot fit the budget. Restores
+    autoparallel's method on exit, also on error."""
+    from autoparallel.optimize_sharding import ShardingOptimizer
+
+    original = ShardingOptimizer.__dict__["_create_pulp_variables"]
+
+    def _create_pulp_variables(self: Any) -> Any:
+        _check(self)
+        return original(self)
+
+    ShardingOptimizer._create_pulp_variables = _create_pulp_variables
+    try:
+        yield
+    finally:
+        ShardingOptimizer._create_pulp_variables = original
