@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 from autoparallel.api import AutoParallel
+from autoparallel.cost_models.collective_runtime_estimation import get_nccl_topo_config
 from autoparallel.optimize_sharding import ShardingOptimizer
 from torch import nn
 
@@ -53,11 +54,13 @@ def test_the_count_is_what_autoparallel_creates(make_mesh, budget):
 
 def test_a_build_over_the_budget_is_refused_before_its_variables(make_mesh, budget):
     """Over a fixed budget: BuildTooLargeError naming the count, the estimate and the way out,
-    raised before autoparallel creates a variable; its method restored, and the next build on
-    the same mesh works once the budget allows it."""
+    raised before autoparallel creates a variable; its method and the process-wide settings
+    autoparallel's __enter__ had changed restored, and the next build on the same mesh works once
+    the budget allows it."""
     mesh = make_mesh((2, 2))
     with _enter(mesh) as autop:
         created = len(autop.sharding_optimizer.pulp_variables)
+    padding, nccl = torch._inductor.config.comprehensive_padding, get_nccl_topo_config()
     apc.set_build_budget(1e-6)  # about 1 KiB
     with pytest.raises(apc.BuildTooLargeError, match=f"{created:,} binary variables") as info:
         with _enter(mesh):
@@ -66,6 +69,9 @@ def test_a_build_over_the_budget_is_refused_before_its_variables(make_mesh, budg
     assert info.value.budget_bytes == int(1e-6 * 2**30)
     assert "apc.set_build_budget(None)" in str(info.value) and "mesh (2, 2)" in str(info.value)
     assert ShardingOptimizer.__dict__["_create_pulp_variables"] is CREATE_VARIABLES
+    # what autoparallel's __enter__ set for its __exit__, which a failed __enter__ never reaches
+    assert torch._inductor.config.comprehensive_padding is padding
+    assert get_nccl_topo_config() is nccl
     apc.set_build_budget(None)
     with _enter(mesh) as autop:
         assert len(autop.sharding_optimizer.pulp_variables) == created
@@ -90,10 +96,28 @@ def test_the_memory_available_is_read_on_this_machine():
     assert available is not None and available > 2**27, available
 
 
-@pytest.mark.parametrize("bad", [0, -1.0, "all", True, [4]])
+@pytest.mark.parametrize("bad", [0, -1.0, float("inf"), float("nan"), "all", True, [4]])
 def test_the_budget_is_checked(bad, budget):
     """A budget that is not a positive number of GiB, 'available' or None is an InvalidOptionError
     that names the accepted values, and leaves the setting as it was."""
     with pytest.raises(apc.InvalidOptionError, match="'available' or None"):
         apc.set_build_budget(bad)
     assert apc.set_build_budget("available") == "available"
+
+
+@pytest.mark.full
+def test_repeated_layers_share_their_variables_in_the_count(make_mesh, budget):
+    """autoparallel links a repeated layer's nodes to the first layer's and creates no variable
+    for them: the count leaves them out too (llama3 small, 2 layers, on 2x2), so it is the
+    number created and below one variable per option of every node."""
+    from autoparallel_constraints.models import llama3_small
+
+    model_fn, input_fn = llama3_small()
+    with torch.device("meta"):
+        model = model_fn()
+    with AutoParallel(model, input_fn, make_mesh((2, 2)), dynamic=True) as autop:
+        opt = autop.sharding_optimizer
+        created = len(opt.pulp_variables)
+        every_option = sum(1 for n in opt.strats if n.op != "output" for _ in opt.walk_over_options(n))
+    assert opt.cluster_links, "the model no longer has linked layers: pick one that does"
+    assert _build_size.last_size.variables == created < every_option

@@ -369,9 +369,9 @@ def test_a_batch_of_one_per_rank_moves_into_the_rows(w_placements, ok):
         assert [v.kind for v in report.violations] == ["output_mismatch"], str(report)
 
 
-def _rows_graph(local_bs: int) -> Any:
-    """``x @ w`` as the parallel graph traces it per rank, for ``x`` ``[4, 4, 8]`` with batch and
-    seq split by the two mesh dims: an einsum whose bmm rows flatten them (local ``[2, 2, 8] ->
+def _rows_graph(local_bs: int, local_n: int) -> Any:
+    """``x @ w`` as the parallel graph traces it per rank, for ``x`` ``[b, s, 8]`` with batch and
+    seq split by different mesh dims: an einsum whose bmm rows flatten them (local ``[2, 2, 8] ->
     [1, 4, 8]``), or, at one (batch, seq) pair per rank, the einsum's own local layout, which puts
     the features first (``[8, 1, 1, 1] -> [1, 1, 8]``)."""
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -385,38 +385,45 @@ def _rows_graph(local_bs: int) -> Any:
         out = torch.bmm(a, w.reshape(1, k, -1))
         return out.reshape(1, b, s, -1).permute(1, 2, 3, 0).reshape(b, s, -1)
 
-    gm = make_fx(rows, tracing_mode="fake")(torch.empty(local_bs, local_bs, 8), torch.empty(8, 6))
+    gm = make_fx(rows, tracing_mode="fake")(torch.empty(local_bs, local_bs, 8), torch.empty(8, local_n))
     for node in gm.graph.nodes:  # reshape, as the parallel graph holds it
         if node.target is torch.ops.aten.view.default:
             node.target = torch.ops.aten.reshape.default
     return gm
 
 
+_R, _S0, _S1, _S2 = Replicate(), Shard(0), Shard(1), Shard(2)
+
+
 @pytest.mark.parametrize(
-    ("batch_seq", "w_placements", "out_placements", "verdict"),
+    ("mesh_shape", "batch_seq", "x_placements", "w_placements", "out_placements", "verdict"),
     [
-        (4, (Replicate(), Replicate()), (Shard(0), Shard(1)), "clean"),
-        (2, (Replicate(), Replicate()), (Shard(0), Shard(1)), "clean"),
-        (4, (Replicate(), Replicate()), (Shard(1), Shard(0)), "output_mismatch"),
-        (4, (Shard(0), Replicate()), (Shard(0), Shard(1)), "violation"),
-        (2, (Shard(0), Replicate()), (Shard(0), Shard(1)), "violation"),
+        ((2, 2), 4, (_S0, _S1), (_R, _R), (_S0, _S1), "clean"),
+        ((2, 2), 4, (_S0, _S1), (_R, _R), (_S1, _S0), "output_mismatch"),
+        ((2, 2), 4, (_S0, _S1), (_S0, _R), (_S0, _S1), "violation"),
+        ((2, 2, 2), 4, (_S0, _S1, _R), (_R, _R, _S1), (_S0, _S1, _S2), "clean"),
+        ((2, 2, 2), 4, (_S0, _S1, _R), (_R, _R, _S1), (_S0, _S2, _S1), "output_mismatch"),
+        ((2, 2), 2, (_S0, _S1), (_R, _R), (_S0, _S1), "unproven"),
     ],
-    ids=["rows", "one-row-per-rank", "rows-swapped", "contraction-sharded", "one-row-contraction-sharded"],
+    ids=["rows", "rows-swapped", "contraction-sharded", "3d-columns-sharded", "3d-wrong-dims", "one-pair-per-rank"],
 )
-def test_a_flatten_of_two_sharded_dims_into_a_bmm_s_rows(batch_seq, w_placements, out_placements, verdict):
+def test_a_flatten_of_two_sharded_dims_into_a_bmm_s_rows(mesh_shape, batch_seq, x_placements, w_placements,
+                                                         out_placements, verdict):
     """``x @ w`` with batch and seq split by different mesh dims: the einsum's bmm takes their
     flatten as its rows, which no DTensor placement names, and unflattens its output back. Each
-    row maps to its own output row, so the output is ``(S(0), S(1))`` like the input (a false
-    alarm before, on 2x2 and on 2x2x2, where one (batch, seq) pair per rank is a layout of its
-    own). The swapped contract, and a weight split along the contraction by a mesh dim the rows
-    use, are refused. (At one pair per rank with batch = seq, the swapped contract reads the same
-    bytes, a limit of reading the graph alone: docs/verifier.md.)"""
+    row maps to its own output row, so the output holds batch and seq as the input does (a false
+    alarm before, on 2x2 and on 2x2x2), its columns split where the weight's are. A wrong
+    contract, and a weight split along the contraction by a mesh dim the rows use, are refused.
+    At one (batch, seq) pair per rank the retrace puts the features first, and reading that as
+    the rows would read a permuted tensor as this one, which the local graph cannot tell apart
+    from a wrong graph: unproven, never clean (docs/verifier.md)."""
     from autoparallel_constraints.verifier._walk import verify_graph
 
-    mesh = cpu_mesh((2, 2))
-    gm = _rows_graph(batch_seq // 2)
+    mesh = cpu_mesh(mesh_shape)
+    split = 2 if _S1 in w_placements else 1
+    gm = _rows_graph(batch_seq // 2, 6 // split)
     report = verify_graph(
-        gm, mesh, [_spec(mesh, (batch_seq, batch_seq, 8), (Shard(0), Shard(1))), _spec(mesh, (8, 6), w_placements)],
+        gm, mesh, [_spec(mesh, (batch_seq, batch_seq, 8), x_placements), _spec(mesh, (8, 6), w_placements)],
         [("out", _spec(mesh, (batch_seq, batch_seq, 6), out_placements))],
     )
     assert report.ok is (verdict == "clean"), report
@@ -424,6 +431,8 @@ def test_a_flatten_of_two_sharded_dims_into_a_bmm_s_rows(batch_seq, w_placements
         assert report.n_unknown == 0, report
     elif verdict == "output_mismatch":
         assert [v.kind for v in report.violations] == ["output_mismatch"], report
+    elif verdict == "unproven":
+        assert not report.violations and report.unproven_outputs, report
     else:
         assert report.violations, report
 

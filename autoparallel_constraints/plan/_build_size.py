@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -66,10 +67,10 @@ def set_build_budget(budget: float | str | None) -> float | str | None:
     variables are counted. ``None``: no check (build whatever the size)."""
     global _budget
     if budget is not None and budget != "available" and (
-        isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0
+        isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget < math.inf
     ):
         raise InvalidOptionError(
-            f"set_build_budget takes a number of GiB above 0, 'available' or None, got {budget!r}"
+            f"set_build_budget takes a finite number of GiB above 0, 'available' or None, got {budget!r}"
         )
     previous, _budget = _budget, budget
     return previous

@@ -78,10 +78,25 @@ def _wrap_enter(original: Any) -> Any:
         except BaseException:
             logger.info("apc: AutoParallel.__enter__ raised; clearing autoparallel's caches it may have left half-written")
             clear()
+            _restore_globals(self)
             raise
 
     __enter__.__apc_wrapped__ = True  # type: ignore[attr-defined]
     return __enter__
+
+
+def _restore_globals(autop: Any) -> None:
+    """Undo what a failed ``__enter__`` set process-wide and left for ``__exit__``, which Python
+    never calls then: Inductor's ``comprehensive_padding`` and the NCCL topology of the cost model
+    (autoparallel at the pin sets both before building its optimizer)."""
+    import torch
+
+    if hasattr(autop, "old_inductor_comprehensive_padding"):
+        torch._inductor.config.comprehensive_padding = autop.old_inductor_comprehensive_padding
+    if hasattr(autop, "_prev_nccl_config"):
+        from autoparallel.cost_models.collective_runtime_estimation import set_nccl_topo_config
+
+        set_nccl_topo_config(autop._prev_nccl_config)
 
 
 def install() -> None:

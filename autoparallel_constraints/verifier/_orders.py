@@ -184,27 +184,6 @@ def _size1_moves(spec: Any, local: Sequence[int]) -> list[Any]:
     return out
 
 
-def _size1_blocks(spec: Any, local: Sequence[int]) -> list[Any]:
-    """Readings of ``spec``'s local bytes with all its dims sharded down to local size 1 moved
-    together, in their order, to every position: the layouts a flatten of two or more of them
-    can start from. A rank holding one (batch, seq) pair of ``[k, b(S), s(S), 1]`` traces the
-    einsum operand ``[1, 1, k]`` from it, which is ``[b, s, k, 1] -> [1, b*s, k]`` (see
-    :meth:`_Views._merged_flattens`). Each is a global permute of the same tensor, as in
-    :func:`_size1_moves`; none when fewer than two dims are movable. Their own order is kept:
-    with batch = seq, ``[s, b]`` would read the transposed tensor as this one, and the local
-    graph could not tell them apart."""
-    movable = _size1_sharded(spec, local)
-    if len(movable) < 2:
-        return []
-    rest = [d for d in range(len(local)) if d not in movable]
-    out = []
-    for at in range(len(rest) + 1):
-        perm = rest[:at] + movable + rest[at:]
-        if perm != sorted(perm):
-            out.append(_permuted(spec, perm))
-    return out
-
-
 def _size1_sharded(spec: Any, local: Sequence[int]) -> list[int]:
     """The tensor dims of ``spec`` sharded down to local size 1 (none for strided shards)."""
     if any(isinstance(p, _StridedShard) for p in spec.placements):

@@ -154,20 +154,26 @@ def _unmerged(merged: _Merged) -> Any:
     spec, d, layout = merged.spec, merged.dim, merged.layout
     extra = len(layout) - 1
     shift = lambda t: t if t < d else t + extra  # noqa: E731 - a tensor dim after the unflatten
-    placements = [Shard(shift(p.dim)) if isinstance(p, Shard) and p.dim != d else p for p in spec.placements]
-    order = [ShardOrderEntry(tensor_dim=shift(e.tensor_dim), mesh_dims=e.mesh_dims)
-             for e in getattr(spec, "shard_order", None) or () if e.tensor_dim != d]
+    given = {e.tensor_dim: tuple(e.mesh_dims) for e in getattr(spec, "shard_order", None) or ()}
+    mesh_dims_of: dict[int, tuple[int, ...]] = {}  # tensor dim after the unflatten -> its mesh dims, in order
+    for t in sorted({p.dim for p in spec.placements if isinstance(p, Shard)} - {d}):
+        mesh_dims_of[shift(t)] = given.get(t) or tuple(m for m, p in enumerate(spec.placements) if p == Shard(t))
     for j, (_, mesh_dims) in enumerate(layout):
+        if mesh_dims:
+            mesh_dims_of[d + j] = tuple(mesh_dims)
+    placements = [p for p in spec.placements]
+    for t, mesh_dims in mesh_dims_of.items():
         for m in mesh_dims:
-            placements[m] = Shard(d + j)
-        if len(mesh_dims) > 1:
-            order.append(ShardOrderEntry(tensor_dim=d + j, mesh_dims=tuple(mesh_dims)))
+            placements[m] = Shard(t)
+    # DTensorSpec wants either no order (ascending mesh dims everywhere) or every sharded dim listed
+    order = None
+    if any(list(ms) != sorted(ms) for ms in mesh_dims_of.values()):
+        order = tuple(ShardOrderEntry(tensor_dim=t, mesh_dims=ms) for t, ms in sorted(mesh_dims_of.items()))
     shape = list(spec.tensor_meta.shape)
     shape[d:d + 1] = [size for size, _ in layout]
     size = torch.Size(shape)
     meta = TensorMeta(size, _contiguous_stride(size), spec.tensor_meta.dtype)
-    order.sort(key=lambda e: e.tensor_dim)
-    return DTensorSpec(spec.mesh, tuple(placements), tensor_meta=meta, shard_order=tuple(order) or None)
+    return DTensorSpec(spec.mesh, tuple(placements), tensor_meta=meta, shard_order=order)
 
 
 @dataclass(frozen=True, slots=True)

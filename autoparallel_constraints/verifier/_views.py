@@ -15,7 +15,7 @@ import torch.fx
 from torch.distributed.tensor.placement_types import Placement, Replicate, Shard, _StridedShard
 
 from ..core._placements import fmt_spec
-from ._orders import _CONTRACTED_DIMS, _FREE_DIMS, _shard_order, _size1_blocks, _size1_moves, _strided_flatten
+from ._orders import _CONTRACTED_DIMS, _FREE_DIMS, _shard_order, _size1_moves, _strided_flatten
 from ._values import (
     _STRICT_VIEW,
     _concrete,
@@ -54,8 +54,8 @@ class _Views:
             new_args = (source, *args[1:])
             found += [((*score, moved), r) for score, r in self._view_candidates(node, new_args, kwargs, out_local, first_error)]
         # A flatten of dims sharded by different mesh dims (an einsum's bmm operand) is kept as
-        # one more reading: with a rank's dims at local size 1, a plain global view fits the same
-        # bytes too, and only the matmul tells them apart.
+        # one more reading: where a plain global view fits the same bytes too, only later ops
+        # tell them apart.
         merged = [] if expand else self._merged_flattens(spec, out_local)
         if found or merged:
             readings = tuple(dict.fromkeys([r for _, r in sorted(found, key=lambda f: f[0])] + merged))
@@ -156,9 +156,10 @@ class _Views:
 
     def _merged_flattens(self, spec: Any, out_local: Sequence[int]) -> list[_Merged]:
         """The readings of a view as a flatten of dims sharded by different mesh dims into one (see
-        :class:`_Merged`): from ``spec`` and from its readings with the dims a rank holds one of
-        moved together (:func:`_size1_blocks`). Each global output shape whose shards on this
-        rank have the view's local shape is tried; none unless two sharded dims flatten."""
+        :class:`_Merged`). Each global output shape whose shards on this rank have the view's
+        local shape is tried; none unless two sharded dims flatten. Not from a reading with dims a
+        rank holds one index of moved (as :func:`_size1_moves` does for plain views): such a move
+        reads a permuted tensor as this one, which the local graph cannot tell apart."""
         if any(isinstance(p, _StridedShard) for p in spec.placements):
             return []
         sharded = [m for m, p in enumerate(spec.placements) if _sharded_dim(p) is not None]
@@ -166,16 +167,15 @@ class _Views:
             return []
         in_size = _prod(spec.tensor_meta.shape)
         out: list[_Merged] = []
-        for source in (spec, *_size1_blocks(spec, self._local_shape(spec))):
-            for assignment in itertools.product(range(len(out_local)), repeat=len(sharded)):
-                global_out = list(out_local)
-                for o, m in zip(assignment, sharded):
-                    global_out[o] *= self.sizes[m]
-                if _prod(global_out) != in_size:
-                    continue
-                merged = self._merged_flatten(source, global_out, out_local)
-                if merged is not None and merged not in out:
-                    out.append(merged)
+        for assignment in itertools.product(range(len(out_local)), repeat=len(sharded)):
+            global_out = list(out_local)
+            for o, m in zip(assignment, sharded):
+                global_out[o] *= self.sizes[m]
+            if _prod(global_out) != in_size:
+                continue
+            merged = self._merged_flatten(spec, global_out, out_local)
+            if merged is not None and merged not in out:
+                out.append(merged)
         return out
 
     def _merged_flatten(self, spec: Any, global_out: Sequence[int], out_local: Sequence[int]) -> _Merged | None:
@@ -189,10 +189,13 @@ class _Views:
         mesh_dims_of = {d: tuple(_shard_order(spec, d)) for d in {_sharded_dim(p) for p in spec.placements} - {None}}
         placements: list[Placement] = [p if _sharded_dim(p) is None else Replicate() for p in spec.placements]
         merged: tuple[int, tuple[tuple[int, tuple[int, ...]], ...]] | None = None
+        orders: dict[int, tuple[int, ...]] = {}  # output dim -> its mesh dims in order
         for o, dim_spec in enumerate(rule):
             if isinstance(dim_spec, InputDim):
                 for m in mesh_dims_of.get(dim_spec.input_dim, ()):
                     placements[m] = Shard(o)
+                if dim_spec.input_dim in mesh_dims_of:
+                    orders[o] = mesh_dims_of[dim_spec.input_dim]
             elif isinstance(dim_spec, Flatten) and all(isinstance(d, InputDim) for d in dim_spec.input_dims):
                 dims = [d.input_dim for d in dim_spec.input_dims]
                 sharded = [d for d in dims if d in mesh_dims_of]
@@ -202,11 +205,19 @@ class _Views:
                 for d in sharded:
                     for m in mesh_dims_of[d]:
                         placements[m] = Shard(o)
+                orders[o] = tuple(sorted(m for d in sharded for m in mesh_dims_of[d]))  # the layout keeps the order
             elif not isinstance(dim_spec, Singleton):
                 return None
         if merged is None:
             return None
         stand_in = _contiguous_spec(spec, placements, global_out)
+        if any(list(ms) != sorted(ms) for ms in orders.values()):
+            # a dim kept whole keeps the order its mesh dims shard it in (a batch split by mesh dims
+            # 3 then 2 is another block per rank than by 2 then 3)
+            from torch.distributed.tensor._dtensor_spec import DTensorSpec, ShardOrderEntry
+
+            stand_in = DTensorSpec(spec.mesh, stand_in.placements, tensor_meta=stand_in.tensor_meta,
+                                   shard_order=tuple(ShardOrderEntry(tensor_dim=o, mesh_dims=ms) for o, ms in sorted(orders.items())))
         if self._local_shape(stand_in) != tuple(out_local):
             return None
         return _Merged(stand_in, merged[0], merged[1])
