@@ -139,6 +139,8 @@ def check_spec(spec: ModelSpec, *, refusal_ok: bool = True) -> Covered:
     # held to it
     ver = audits[0].verification
     assert ver is not None and (ver.ok or _uneven(spec) or _one_pair_per_rank(spec)), ver
+    if not ver.ok:
+        event("an output left unproven (uneven pin, or a linear at one pair per rank)")
     index_put = any(n.startswith("index_put") for n in added[0].nodes)
     return Covered(mesh=spec.mesh, uneven=_uneven(spec), index_put=index_put, size_couplings=kinds)
 
