@@ -96,6 +96,22 @@ def test_the_memory_available_is_read_on_this_machine():
     assert available is not None and available > 2**27, available
 
 
+def test_a_cgroup_limit_below_the_machine_s_memory_is_the_budget(tmp_path):
+    """In a container the cgroup's limit less its usage is what the build can take when lower
+    than MemAvailable, page cache the kernel can drop (inactive_file) not counted as used."""
+    proc, cgroup = tmp_path / "proc", tmp_path / "cgroup"
+    proc.mkdir()
+    cgroup.mkdir()
+    (proc / "meminfo").write_text(f"MemTotal: {16 * 2**20} kB\nMemAvailable: {8 * 2**20} kB\n")
+    assert _build_size._available_bytes(proc, cgroup) == 8 * 2**30  # no cgroup files: the machine's
+    (cgroup / "memory.max").write_text(f"{4 * 2**30}\n")
+    (cgroup / "memory.current").write_text(f"{3 * 2**30}\n")
+    (cgroup / "memory.stat").write_text(f"anon {2 * 2**30}\ninactive_file {2**30}\n")
+    assert _build_size._available_bytes(proc, cgroup) == 2 * 2**30
+    (cgroup / "memory.max").write_text("max\n")
+    assert _build_size._available_bytes(proc, cgroup) == 8 * 2**30
+
+
 @pytest.mark.parametrize("bad", [0, -1.0, float("inf"), float("nan"), "all", True, [4]])
 def test_the_budget_is_checked(bad, budget):
     """A budget that is not a positive number of GiB, 'available' or None is an InvalidOptionError

@@ -13,7 +13,8 @@ the enumerated strategies (arithmetic, nothing created; 7 ms for 1.13 M), and ra
 counted) exceeds the budget: by default the memory the system reports available when the count
 is made (``MemAvailable``, or a cgroup's limit less its usage when lower), or a fixed budget in
 GiB set with :func:`set_build_budget`; ``None`` turns it off. Where neither is known (no
-``/proc/meminfo``) the default checks nothing.
+``/proc/meminfo``) the default checks nothing. The patch is process-wide for the length of a
+build, like autoparallel's own caches: builds in several threads at once are not supported.
 """
 
 from __future__ import annotations
@@ -94,18 +95,23 @@ def count_variables(opt: Any) -> IlpSize:
     return IlpSize(sum(by_op.values()), nodes, tuple(by_op.most_common(3)), time.perf_counter() - t0)
 
 
-def _available_bytes() -> int | None:
+def _available_bytes(proc: Path = Path("/proc"), cgroup: Path = Path("/sys/fs/cgroup")) -> int | None:
     """What the system reports available now: ``MemAvailable``, or a cgroup v2 limit less its
-    usage when that is lower; None where neither can be read."""
+    usage when that is lower (page cache the kernel can drop, ``inactive_file``, not counted as
+    used); None where neither can be read."""
     found: list[int] = []
     with contextlib.suppress(OSError, ValueError, IndexError):
-        for line in Path("/proc/meminfo").read_text().splitlines():
+        for line in (proc / "meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):
                 found.append(int(line.split()[1]) * 1024)
-    with contextlib.suppress(OSError, ValueError):
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        limit = (cgroup / "memory.max").read_text().strip()
         if limit != "max":
-            found.append(int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text()))
+            used = int((cgroup / "memory.current").read_text())
+            for line in (cgroup / "memory.stat").read_text().splitlines():
+                if line.startswith("inactive_file "):
+                    used -= int(line.split()[1])
+            found.append(int(limit) - used)
     return min(found) if found else None
 
 
