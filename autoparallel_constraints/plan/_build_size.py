@@ -38,8 +38,8 @@ __all__ = ["BYTES_PER_VARIABLE", "IlpSize", "count_variables", "set_build_budget
 # What autoparallel's ILP holds per variable from _create_pulp_variables to the end of the build
 # (variables, cost records, objective, rows), measured as resident memory before and after
 # (benchmarks/ilp_memory.py): 1,280 bytes on the seed block on 2x2 (29,288 variables), 1,330 on
-# 2x2x2 (1.13 M). The solve comes on top (CBC's model in its own process, or HiGHS's in this one), so the estimate is a
-# lower bound: a build refused cannot fit, a build let through may still not.
+# 2x2x2 (1.13 M). The solve comes on top (CBC's model in its own process, or HiGHS's in this
+# one), so the estimate is a lower bound: a build refused cannot fit, one let through may not.
 BYTES_PER_VARIABLE = 1300
 
 _budget: float | str | None = "available"
