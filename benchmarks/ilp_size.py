@@ -3,6 +3,7 @@ strategy enumeration and before it creates any (so a model whose ILP does not fi
 still be sized). One process per call.
 
     python benchmarks/ilp_size.py --model falcon_style --mesh 2x2x2
+    python benchmarks/ilp_size.py --model seed --mesh 2x2x2 --memory
 
 Printed: enumeration seconds and peak resident memory, graph nodes, strategies per node (median
 and max), the variable count (one per node x argument x own strategy x producer strategy, as
@@ -13,11 +14,17 @@ that sharing beside it), the ops holding the most and the seconds the count took
 the lab builds it, with mesh dims named dp/tp/cp on 3-D meshes). Rests on autoparallel at the pin: ``ShardingOptimizer.__init__`` enumerates
 strategies, then calls ``_create_pulp_variables``, which this script replaces by a counter that
 stops the build.
+
+``--memory`` lets the build finish instead and adds what autoparallel's ILP holds in memory per
+variable: resident memory just before it creates its variables and after its build returns
+(variables, cost records, objective, rows), both after a garbage collection, divided by the
+variables created; the figure behind the build size guard's ``BYTES_PER_VARIABLE`` (Linux).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import resource
 import sys
@@ -35,6 +42,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="seed")
     p.add_argument("--mesh", default="2x2x2")
+    p.add_argument("--memory", action="store_true", help="build in full and measure bytes per variable")
     args = p.parse_args()
 
     import torch
@@ -60,8 +68,13 @@ def main() -> int:
         found.update(variables=size.variables, without_cluster_links=unlinked, nodes=len(strategies),
                      strategies_median=strategies[len(strategies) // 2], strategies_max=strategies[-1],
                      top_ops=list(size.top_ops), count_s=round(size.seconds, 2))
-        raise _Sized
+        if not args.memory:
+            raise _Sized
+        gc.collect()
+        found["rss_before_gib"] = _rss() / 2**30
+        return create(self)
 
+    create = optimize_sharding.ShardingOptimizer._create_pulp_variables
     optimize_sharding.ShardingOptimizer._create_pulp_variables = count
     mesh = tuple(int(x) for x in args.mesh.split("x"))
     names = ("dp", "tp", "cp")[: len(mesh)] if len(mesh) == 3 else None
@@ -76,17 +89,28 @@ def main() -> int:
             model = model_fn()
     t0 = time.perf_counter()
     try:
-        with device_name("H100"), AutoParallel(model, lambda: input_fn(), cpu_mesh(mesh, names), dynamic=True):
-            pass
+        with device_name("H100"), AutoParallel(model, lambda: input_fn(), cpu_mesh(mesh, names), dynamic=True) as autop:
+            gc.collect()
+            after, created = _rss() / 2**30, len(autop.sharding_optimizer.pulp_variables)
+            found.update(rss_after_gib=round(after, 3), created=created,
+                         bytes_per_variable=round((after - found["rss_before_gib"]) * 2**30 / created))
+            found["rss_before_gib"] = round(found["rss_before_gib"], 3)
     except _Sized:
         pass
     stats = _build_memo.last_stats
     print(json.dumps({
-        "model": args.model, "mesh": list(mesh), "enumeration_s": round(time.perf_counter() - t0, 1),
+        "model": args.model, "mesh": list(mesh), ("build_s" if args.memory else "enumeration_s"): round(time.perf_counter() - t0, 1),
         "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2), **found,
         "memo_calls": stats.calls if stats else None, "memo_computed": stats.computed if stats else None,
     }))
     return 0
+
+
+def _rss() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS in /proc/self/status (Linux only)")
 
 
 if __name__ == "__main__":

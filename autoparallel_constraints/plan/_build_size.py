@@ -37,7 +37,7 @@ __all__ = ["BYTES_PER_VARIABLE", "IlpSize", "count_variables", "set_build_budget
 
 # What autoparallel's ILP holds per variable from _create_pulp_variables to the end of the build
 # (variables, cost records, objective, rows), measured as resident memory before and after
-# (benchmarks/ilp_memory.py): 1,280 bytes on the seed block on 2x2 (29,288 variables), 1,330 on
+# (benchmarks/ilp_size.py --memory): 1,280 bytes on the seed block on 2x2 (29,288 variables), 1,330 on
 # 2x2x2 (1.13 M). The solve comes on top (CBC's model in its own process, or HiGHS's in this
 # one), so the estimate is a lower bound: a build refused cannot fit, one let through may not.
 BYTES_PER_VARIABLE = 1300
@@ -127,7 +127,7 @@ def _check(opt: Any) -> None:
     gib = lambda b: f"{b / 2**30:.1f} GiB"  # noqa: E731
     where = "available now" if _budget == "available" else "the budget set with apc.set_build_budget"
     ops = ", ".join(f"{op} {n:,}" for op, n in size.top_ops)
-    mesh = tuple(getattr(opt, "mesh", None).shape) if getattr(opt, "mesh", None) is not None else "this mesh"
+    mesh = tuple(opt.mesh.shape)
     raise BuildTooLargeError(
         f"autoparallel's ILP for this model on mesh {mesh} would have {size.variables:,} binary variables "
         f"(most in {ops}): at least {gib(size.estimate_bytes)} to build ({BYTES_PER_VARIABLE} bytes each, "

@@ -12,7 +12,7 @@ import torch
 import torch.fx
 from torch.distributed.tensor.placement_types import Placement, Shard, _StridedShard
 
-from ._values import _contiguous_spec, _contiguous_stride, _is_spec, _sharded_dim, _Violation, aten
+from ._values import _contiguous_spec, _contiguous_stride, _is_spec, _Merged, _sharded_dim, _Violation, aten
 
 logger = logging.getLogger(__name__)
 
@@ -23,6 +23,33 @@ def _shard_order(spec: Any, tdim: int) -> list[int]:
         if entry.tensor_dim == tdim:
             return list(entry.mesh_dims)
     return [m for m, p in enumerate(spec.placements) if _sharded_dim(p) == tdim]
+
+
+def _unmerged(merged: _Merged) -> Any:
+    """The spec ``merged`` is a flatten of: ``dim`` back into the layout's dims, each sharded by
+    its own mesh dims in order. Each rank holds the row-major product of its blocks, which is this
+    spec's local tensor flattened, so it reads the same bytes exactly."""
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec, ShardOrderEntry, TensorMeta
+
+    spec, d, layout = merged.spec, merged.dim, merged.layout
+    extra = len(layout) - 1
+    # tensor dim after the unflatten -> its mesh dims, in order
+    mesh_dims_of = {t if t < d else t + extra: tuple(_shard_order(spec, t))
+                    for t in {_sharded_dim(p) for p in spec.placements} - {None, d}}
+    mesh_dims_of.update({d + j: tuple(mesh_dims) for j, (_, mesh_dims) in enumerate(layout) if mesh_dims})
+    placements = list(spec.placements)
+    for t, mesh_dims in mesh_dims_of.items():
+        for m in mesh_dims:
+            placements[m] = Shard(t)
+    # DTensorSpec wants either no order (ascending mesh dims everywhere) or every sharded dim listed
+    order = None
+    if any(list(ms) != sorted(ms) for ms in mesh_dims_of.values()):
+        order = tuple(ShardOrderEntry(tensor_dim=t, mesh_dims=ms) for t, ms in sorted(mesh_dims_of.items()))
+    shape = list(spec.tensor_meta.shape)
+    shape[d:d + 1] = [size for size, _ in layout]
+    size = torch.Size(shape)
+    meta = TensorMeta(size, _contiguous_stride(size), spec.tensor_meta.dtype)
+    return DTensorSpec(spec.mesh, tuple(placements), tensor_meta=meta, shard_order=order)
 
 
 def _in_default_order(spec: Any) -> Any:
@@ -172,7 +199,10 @@ def _size1_moves(spec: Any, local: Sequence[int]) -> list[Any]:
     puts it where it likes: einsum drops a local size-1 batch dim into a bmm's rows
     (``[16, 64, 4(S), 1] -> [1, 16, 64]`` is ``[4(S), 16, 64] -> [1, 64(S), 64]``). Each move is
     the global permute of the same tensor, so every reading stays true."""
-    movable = _size1_sharded(spec, local)
+    if any(isinstance(p, _StridedShard) for p in spec.placements):
+        return []
+    shape = spec.tensor_meta.shape
+    movable = sorted({d for d in (_sharded_dim(p) for p in spec.placements) if d is not None and local[d] == 1 < shape[d]})
     out = []
     for src in movable:
         for dst in range(len(local)):
@@ -182,14 +212,6 @@ def _size1_moves(spec: Any, local: Sequence[int]) -> list[Any]:
             perm.insert(dst, perm.pop(src))  # new dim i holds old dim perm[i]
             out.append(_permuted(spec, perm))
     return out
-
-
-def _size1_sharded(spec: Any, local: Sequence[int]) -> list[int]:
-    """The tensor dims of ``spec`` sharded down to local size 1 (none for strided shards)."""
-    if any(isinstance(p, _StridedShard) for p in spec.placements):
-        return []
-    shape = spec.tensor_meta.shape
-    return sorted({d for d in (_sharded_dim(p) for p in spec.placements) if d is not None and local[d] == 1 < shape[d]})
 
 
 def _permuted(spec: Any, perm: Sequence[int]) -> Any:

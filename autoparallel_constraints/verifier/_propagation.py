@@ -17,7 +17,7 @@ from torch.distributed.tensor.placement_types import Partial, Placement, Replica
 from torch.utils._pytree import tree_flatten, tree_map
 
 from ..core._placements import fmt_spec
-from ._orders import _carry_shard_order, _global_shim, _in_default_order, _updated_order
+from ._orders import _carry_shard_order, _global_shim, _in_default_order, _unmerged, _updated_order
 from ._report import GraphViolation
 from ._values import (
     _CASTS,
@@ -45,7 +45,6 @@ from ._values import (
     _unique,
     _Unknowable,
     _Unknown,
-    _unmerged,
     _Violation,
     aten,
 )

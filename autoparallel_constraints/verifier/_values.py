@@ -138,42 +138,11 @@ class _Merged:
     stand-in does (a permutation of the contracted index, applied to both), so there, and only
     there, the stand-in is exact. A matmul whose other operand leaves ``dim`` a free dim (a bmm's
     rows or columns) maps each row to its own output row, so the output is merged the same way;
-    a view that unflattens ``dim`` reads :func:`_unmerged`, the value before the flatten."""
+    a view that unflattens ``dim`` reads ``_orders._unmerged``, the value before the flatten."""
 
     spec: Any
     dim: int
     layout: tuple[tuple[int, tuple[int, ...]], ...]
-
-
-def _unmerged(merged: _Merged) -> Any:
-    """The spec ``merged`` is a flatten of: ``dim`` back into the layout's dims, each sharded by
-    its own mesh dims in order. Each rank holds the row-major product of its blocks, which is this
-    spec's local tensor flattened, so it reads the same bytes exactly."""
-    from torch.distributed.tensor._dtensor_spec import DTensorSpec, ShardOrderEntry, TensorMeta
-
-    spec, d, layout = merged.spec, merged.dim, merged.layout
-    extra = len(layout) - 1
-    shift = lambda t: t if t < d else t + extra  # noqa: E731 - a tensor dim after the unflatten
-    given = {e.tensor_dim: tuple(e.mesh_dims) for e in getattr(spec, "shard_order", None) or ()}
-    mesh_dims_of: dict[int, tuple[int, ...]] = {}  # tensor dim after the unflatten -> its mesh dims, in order
-    for t in sorted({p.dim for p in spec.placements if isinstance(p, Shard)} - {d}):
-        mesh_dims_of[shift(t)] = given.get(t) or tuple(m for m, p in enumerate(spec.placements) if p == Shard(t))
-    for j, (_, mesh_dims) in enumerate(layout):
-        if mesh_dims:
-            mesh_dims_of[d + j] = tuple(mesh_dims)
-    placements = [p for p in spec.placements]
-    for t, mesh_dims in mesh_dims_of.items():
-        for m in mesh_dims:
-            placements[m] = Shard(t)
-    # DTensorSpec wants either no order (ascending mesh dims everywhere) or every sharded dim listed
-    order = None
-    if any(list(ms) != sorted(ms) for ms in mesh_dims_of.values()):
-        order = tuple(ShardOrderEntry(tensor_dim=t, mesh_dims=ms) for t, ms in sorted(mesh_dims_of.items()))
-    shape = list(spec.tensor_meta.shape)
-    shape[d:d + 1] = [size for size, _ in layout]
-    size = torch.Size(shape)
-    meta = TensorMeta(size, _contiguous_stride(size), spec.tensor_meta.dtype)
-    return DTensorSpec(spec.mesh, tuple(placements), tensor_meta=meta, shard_order=order)
 
 
 @dataclass(frozen=True, slots=True)
