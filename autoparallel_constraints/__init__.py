@@ -59,6 +59,7 @@ from .plan._plugin import install as _install_plugin  # noqa: E402
 from .plan._report import ConstraintReport, constraint_report  # noqa: E402
 from .plan._solvers import SolverTimeLimitWarning, use_solver  # noqa: E402
 from .plan._state import AddedConstraints, PlannedRedistribute  # noqa: E402
+from .plan._view_skip import use_view_skip  # noqa: E402
 from .table import Alignment, ArgSpec, Flag, Linearity, OpRule, Role, Table, default_table  # noqa: E402
 from .verifier._contract import verify  # noqa: E402
 from .verifier._report import GraphViolation, VerifyReport  # noqa: E402
@@ -113,6 +114,7 @@ __all__ = [
     "register_rule",
     "set_build_budget",
     "use_build_memo",
+    "use_view_skip",
     "use_solver",
     "verify",
 ]

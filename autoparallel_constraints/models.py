@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["SEED_CONFIG", "AddMul", "SeedBlock", "SeedConfig", "SeedStack"]
+__all__ = ["SEED_CONFIG", "AddMul", "FlattenedHeads", "SeedBlock", "SeedConfig", "SeedStack"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -71,6 +71,21 @@ class AddMul(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return (self.fc(x) + x) * self.scale
+
+
+class FlattenedHeads(nn.Module):
+    """A projection viewed as ``heads`` heads, scaled, and flattened back: the smallest model whose
+    flatten of a head dim split by every mesh dim of a 3-D mesh DTensor refuses to view when
+    ``heads`` splits unevenly (10 heads on 2×2×2: 10 → 5 → 5 / 2; Falcon's 8 + 2 fused heads)."""
+
+    def __init__(self, heads: int = 10, head_dim: int = 4, dim: int = 16) -> None:
+        super().__init__()
+        self.heads, self.head_dim = heads, head_dim
+        self.up = nn.Linear(dim, heads * head_dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.up(x).view(x.shape[0], self.heads, self.head_dim) * 2.0
+        return h.reshape(x.shape[0], self.heads * self.head_dim)
 
 
 class SeedStack(nn.Module):

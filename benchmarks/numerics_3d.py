@@ -10,13 +10,18 @@ kinds, the placeholders (parameters, inputs) stored with a nested uneven shard, 
 ``--json`` keeps the rows already there, a row run again replacing its own (``--resume`` skips
 rows the file has). Inputs and outputs are pinned ``(S(0), R, R)``; the
 parameter memory constraint is on (run_numerics' default); tolerances atol = rtol = 1e-4.
+``--view-skip off`` builds without the package's view skip (``apc.use_view_skip(False)``: autoparallel's
+own view rule, which stops the build on a flatten DTensor refuses); rows record it, and rows saved
+before the skip existed count as off.
 
 Models (sizes chosen so a 2x2x2 build fits in minutes on 2 cores; the head counts do not divide 4):
 
 * ``seed``: the seed block (index_put from ``h[..., [-2], :]``), 6 heads x 8, batch = seq = 8;
   ``seed_h10``: 10 heads (8 + 2, Falcon's fused qkv of 8 heads: 5 per rank after one split);
 * ``fused``: a Falcon-style fused qkv of ``heads + 2`` heads (4 + 2 = 6) viewed as heads, k and v
-  sliced off the end, batch 8, seq 4;
+  sliced off the end, batch 8, seq 4; ``fused8``: the same with 8 + 2 = 10 heads;
+* ``heads10``: ``models.FlattenedHeads``: a projection viewed as 10 heads and flattened back, on
+  ``[8, 16]`` (the smallest flatten DTensor refuses on 3-D meshes);
 * ``linear``: ``nn.Linear(6, 10)`` on ``[8, 6]`` (a bias of 10: nested uneven over two mesh dims);
 * ``mlp6`` / ``mlp12``: ``Linear(8, h) -> ReLU -> Linear(h, 8)`` on ``[8, 8]`` with a hidden of 6 or
   12 (6 splits unevenly over two mesh dims of 2, 12 over three);
@@ -38,7 +43,7 @@ import time
 from pathlib import Path
 
 CALLS = ("alone", "default")
-MODELS = ("seed", "seed_h10", "fused", "linear", "mlp6", "mlp12", "falcon_style", "falcon", "llama3", "fuzz", "seed_517")
+MODELS = ("seed", "seed_h10", "fused", "fused8", "heads10", "linear", "mlp6", "mlp12", "falcon_style", "falcon", "llama3", "fuzz", "seed_517")
 
 
 def _builders(name: str):
@@ -47,6 +52,7 @@ def _builders(name: str):
 
     from autoparallel_constraints.models import (
         CausalLMLogits,
+        FlattenedHeads,
         SeedBlock,
         SeedConfig,
         falcon_style,
@@ -78,12 +84,15 @@ def _builders(name: str):
     if name == "seed_517":
         cfg = SeedConfig(num_heads=16, head_dim=64, batch=8, seq=64)
         return lambda: SeedBlock(cfg), lambda: torch.randn(cfg.batch, cfg.seq, cfg.hidden)
-    if name == "fused":
-        return lambda: Fused(4), lambda: torch.randn(8, 4, 16)
+    if name in ("fused", "fused8"):
+        heads = 4 if name == "fused" else 8
+        return lambda: Fused(heads), lambda: torch.randn(8, 4, 4 * heads)
     if name in ("mlp6", "mlp12"):
         hidden = int(name[3:])
         return (lambda: nn.Sequential(nn.Linear(8, hidden), nn.ReLU(), nn.Linear(hidden, 8)),
                 lambda: torch.randn(8, 8))
+    if name == "heads10":
+        return lambda: FlattenedHeads(10), lambda: torch.randn(8, 16)
     if name == "linear":
         return lambda: nn.Linear(6, 10), lambda: torch.randn(8, 6)
     if name in ("falcon_style", "falcon", "llama3"):
@@ -106,10 +115,13 @@ def _placements(io: str | None):
     return [tuple(Replicate() if p == "R" else Shard(int(p[1:])) for p in io.split(","))]
 
 
-def run_one(model: str, call: str, mesh: tuple[int, ...], io: str | None = None) -> dict:
+def run_one(model: str, call: str, mesh: tuple[int, ...], io: str | None = None, view_skip: bool = True) -> dict:
     """One row, in this process."""
     import autoparallel_constraints as apc
+    from autoparallel_constraints.plan import _view_skip
     from autoparallel_constraints.plan._nested import nested_uneven
+
+    apc.use_view_skip(view_skip)
     from autoparallel_constraints.testing import device_name, run_numerics
 
     model_fn, input_fn = _builders(model)
@@ -145,6 +157,7 @@ def run_one(model: str, call: str, mesh: tuple[int, ...], io: str | None = None)
         "error": report.error, "failures": [c.name for c in report.failures][:6],
         "worst": worst.name if worst else None, "worst_ratio": getattr(worst, "ratio", None),
         "max_abs_err": getattr(worst, "max_abs_err", None), "seconds": round(seconds, 1), **seen,
+        "view_skip": view_skip, "skipped": _view_skip.last_stats.skipped if _view_skip.last_stats else 0,
     }
 
 
@@ -156,29 +169,32 @@ def main() -> int:
     p.add_argument("--io", default=None, help="input and output pins, e.g. S0,S1,R (default S(0) then R)")
     p.add_argument("--json", default=None)
     p.add_argument("--resume", action="store_true", help="skip rows the --json file already has")
+    p.add_argument("--view-skip", choices=("on", "off"), default="on")
     p.add_argument("--row-timeout", type=float, default=3600)
     p.add_argument("--table", default=None, help="print the rows of a saved --json file and exit")
     p.add_argument("--one", nargs=2, metavar=("MODEL", "CALL"), help=argparse.SUPPRESS)
     args = p.parse_args()
     mesh = tuple(int(x) for x in args.mesh.split("x"))
+    skip = args.view_skip == "on"
     if args.table:
         for row in json.loads(Path(args.table).read_text()):
             print(_line(row))
         return 0
     if args.one:
-        print("ROW " + json.dumps(run_one(*args.one, mesh, args.io)), flush=True)
+        print("ROW " + json.dumps(run_one(*args.one, mesh, args.io, skip)), flush=True)
         return 0
     rows = json.loads(Path(args.json).read_text()) if args.json and Path(args.json).exists() else []
     def key(r: dict) -> tuple:
-        return r["model"], r["call"], tuple(r["mesh"]), r.get("io", "S0,R,...")
+        return r["model"], r["call"], tuple(r["mesh"]), r.get("io", "S0,R,..."), r.get("view_skip", False)
 
     done = {key(r) for r in rows} if args.resume else set()
     for model in args.models.split(","):
         for call in args.calls.split(","):
-            if (model, call, mesh, args.io or "S0,R,...") in done:
+            if (model, call, mesh, args.io or "S0,R,...", skip) in done:
                 continue
             t0 = time.perf_counter()
-            cmd = [sys.executable, __file__, "--mesh", args.mesh, "--one", model, call, *(["--io", args.io] if args.io else [])]
+            cmd = [sys.executable, __file__, "--mesh", args.mesh, "--view-skip", args.view_skip, "--one", model, call,
+                   *(["--io", args.io] if args.io else [])]
             try:
                 out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.row_timeout,
                                      env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
@@ -186,13 +202,14 @@ def main() -> int:
                 killed = out.returncode == -9  # SIGKILL: on these machines the OOM killer (see dmesg)
                 signal = f"signal {-out.returncode}: " if out.returncode < 0 else ""
                 row = json.loads(line[4:]) if line else {
-                    "model": model, "call": call, "mesh": list(mesh), "io": args.io or "S0,R,...",
+                    "model": model, "call": call, "mesh": list(mesh), "io": args.io or "S0,R,...", "view_skip": skip,
                     "outcome": "killed" if killed else "crash",
                     "error": ("killed by signal 9 (SIGKILL)" if killed
                               else signal + (out.stderr.strip().splitlines() or ["no output"])[-1][:300]),
                     "seconds": round(time.perf_counter() - t0, 1)}
             except subprocess.TimeoutExpired:
-                row = {"model": model, "call": call, "mesh": list(mesh), "io": args.io or "S0,R,...", "outcome": "timeout",
+                row = {"model": model, "call": call, "mesh": list(mesh), "io": args.io or "S0,R,...", "view_skip": skip,
+                       "outcome": "timeout",
                        "error": f"did not finish within {args.row_timeout:.0f} s", "seconds": args.row_timeout}
             rows = [r for r in rows if key(r) != key(row)] + [row]  # a re-run replaces its row
             print(_line(row), flush=True)
@@ -207,6 +224,7 @@ def _line(r: dict) -> str:
             f"audit {r.get('audit', '-'):<7} {','.join(r.get('kinds') or []) or '-':<22} "
             f"unknown/unproven {r.get('unknown', '-')}/{r.get('unproven', '-')}  "
             f"nested rows {r.get('nested_rows', '-')!s:<4} nested placeholders {len(r.get('nested_params') or [])} "
+            f"view skip {'on' if r.get('view_skip') else 'off'} ({r.get('skipped', '-')}) "
             f"{r['seconds']:>7.1f} s  {what[:160]}")
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from dataclasses import dataclass
 
 import pytest
@@ -22,7 +21,6 @@ from hypothesis import strategies as st
 from torch.distributed.tensor.placement_types import Replicate, Shard
 
 import autoparallel_constraints as apc
-from autoparallel_constraints.core._upstream import KNOWN
 from autoparallel_constraints.harness._fuzz import MENU, FuzzModel, ModelSpec, Step
 from autoparallel_constraints.plan._sizes import KINDS
 from autoparallel_constraints.testing import run_numerics
@@ -99,10 +97,7 @@ class Covered:
     size_couplings: tuple[str, ...]  # coupling kinds in the ILP
 
 
-_VIEW_NESTED_UNEVEN = next(k for k in KNOWN if k.name == "view-nested-uneven")
-
-
-def check_spec(spec: ModelSpec, *, refusal_ok: bool = True) -> Covered:
+def check_spec(spec: ModelSpec) -> Covered:
     note(spec.to_code())
     # what the sweep covered, in --hypothesis-show-statistics
     event(f"mesh {spec.mesh}")
@@ -123,12 +118,6 @@ def check_spec(spec: ModelSpec, *, refusal_ok: bool = True) -> Covered:
         after_apply=lambda autop: audits.append(apc.audit(autop)),
     )
     note(str(report))
-    if len(spec.mesh) == 3 and report.error and report.error.startswith("build:") and re.search(_VIEW_NESTED_UNEVEN.message, report.error):
-        # autoparallel's build refuses the model before any plan exists (a known upstream limit,
-        # docs/limits.md): not a plan to check
-        assert refusal_ok, f"an explicit case must build: {report.error}"
-        event("3-D: refused by autoparallel's build (view-nested-uneven)")
-        assume(False)
     kinds = tuple(k for k in KINDS if added and any(n.startswith(f"size.{k}_") for n in added[0].constraint_names))
     event(f"size couplings in the ILP: {', '.join(kinds) or 'none'}")
     assert audits and audits[0].ok, audits[0] if audits else report
@@ -213,7 +202,7 @@ def test_3d_cases_once_unproven_are_proven(spec):
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", apc.VerificationWarning)
-        check_spec(spec, refusal_ok=False)
+        check_spec(spec)
 
 
 @pytest.mark.ondemand

@@ -4,9 +4,9 @@ a known failure says what it is and the way around it; this package's own errors
 
 Rests on autoparallel at the pin: its cost model asserts on a tensor keyword argument
 (``cost_models/compute_estimation.py``, ``_shard_args_for_node``), which CPU sdpa's ``attn_mask``
-is; its ``view_rule`` skips a strategy only on ``AssertionError`` while torch 2.13 raises
-``RuntimeError`` for a nested uneven flatten (on demand: the seed block with 10 heads on 2x2x2). When upstream fixes that, ``test_sdpa_mask_failure_is_said_to_be_autoparallels`` fails: then
-the entry of ``KNOWN`` and its limit in docs/limits.md go."""
+is (the ``view_rule`` note, with this package's view skip off, is guarded in
+tests/test_view_skip.py). When upstream fixes that, ``test_sdpa_mask_failure_is_said_to_be_autoparallels``
+fails: then the entry of ``KNOWN`` and its limit in docs/limits.md go."""
 
 from __future__ import annotations
 
@@ -83,26 +83,6 @@ def test_the_same_model_with_the_eager_fix_runs():
         autop.add_input_constraints([(Shard(0),)])
         autop.add_op_constraints()
         assert autop.optimize_placement()
-
-
-@pytest.mark.ondemand
-def test_a_nested_uneven_view_on_a_3d_mesh_is_said_to_be_autoparallels():
-    """The seed block with 10 heads (Falcon's 8 + 2 fused) on 2x2x2: autoparallel's build raises
-    DTensor's RuntimeError from its view rule, before any constraint can be added (~130 s); the
-    exception stays torch's with one note naming the frame, the cause and the way around it."""
-    from autoparallel.api import AutoParallel
-
-    from autoparallel_constraints.models import SeedBlock, SeedConfig
-    from autoparallel_constraints.testing import device_name
-
-    cfg = SeedConfig(num_heads=10, head_dim=8, batch=8, seq=8)
-    with torch.device("meta"):
-        model = SeedBlock(cfg)
-    with device_name("H100"), pytest.raises(RuntimeError, match="Cannot shard unevenly distributed tensor") as info:
-        with AutoParallel(model, lambda: torch.randn(8, 8, cfg.hidden), cpu_mesh((2, 2, 2)), dynamic=True):
-            pass
-    (note,) = info.value.__notes__
-    assert "propagation_rules.py" in note and "view_rule" in note and "2-D mesh" in note
 
 
 def test_errors_of_this_package_get_no_note():

@@ -1,0 +1,100 @@
+"""Let autoparallel's view rule skip an input strategy DTensor refuses to view, as it means to.
+
+autoparallel's ``view_rule`` (``shardings/propagation_rules.py``) asks DTensor's
+``propagate_shape_and_sharding`` for every input strategy of a view and skips the strategy when
+DTensor raises ``AssertionError`` (its comment: "Skip this strategy; the replicated variant is
+already covered by another iteration"). torch 2.13 refuses one more layout with ``RuntimeError``
+instead: a flatten whose non-last dim is split unevenly by a mesh dim that is not the last to
+split it ("Cannot shard unevenly distributed tensor", ``_view_ops.py``). On a 3-D mesh that is
+any fused-head flatten whose head count splits unevenly after two mesh dims (Falcon's 8 + 2 = 10
+heads on 2×2×2: 10 → 5 → 5 / 2), and the whole build stops in ``AutoParallel.__enter__``, with
+or without constraints.
+
+While one ``__enter__`` runs, :func:`skipping_unviewable_strategies` replaces the name
+``view_rule`` looks up with a function that turns exactly that ``RuntimeError`` into the
+``AssertionError`` autoparallel already handles. Strategies DTensor can view are untouched, so a
+build that succeeded before builds the same strategies and ILP; a build that stopped now gets a
+plan. Whether that plan can run is another matter: autoparallel alone may still store a tensor
+with a nested uneven shard, which the default call's ``nested.even`` rows keep out.
+
+Turn it off with :func:`use_view_skip` ``(False)`` to see autoparallel's own behaviour.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SkipStats", "skipping_unviewable_strategies", "use_view_skip"]
+
+_enabled = True
+#: The message of the only ``RuntimeError`` turned into a skip (torch's ``_rewrite_plain_shard``).
+REFUSAL = "Cannot shard unevenly distributed tensor"
+
+
+class SkipStats:
+    """Input strategies of views skipped during one build, and the first refusal's text."""
+
+    __slots__ = ("first", "skipped")
+
+    def __init__(self) -> None:
+        self.skipped = 0
+        self.first: str | None = None
+
+    def __repr__(self) -> str:
+        return f"SkipStats(skipped={self.skipped})"
+
+
+last_stats: SkipStats | None = None
+
+
+def use_view_skip(enabled: bool) -> bool:
+    """Switch the view skip on or off for later ``AutoParallel`` builds; returns the previous
+    setting. On by default: it only changes builds that autoparallel would otherwise stop."""
+    global _enabled
+    if not isinstance(enabled, bool):
+        from ..errors import InvalidOptionError
+
+        raise InvalidOptionError(f"use_view_skip takes True or False, got {enabled!r}")
+    previous, _enabled = _enabled, enabled
+    return previous
+
+
+@contextlib.contextmanager
+def skipping_unviewable_strategies() -> Iterator[SkipStats]:
+    """Within the block, autoparallel's view rule skips input strategies DTensor refuses with
+    "Cannot shard unevenly distributed tensor". Yields the block's :class:`SkipStats`; restores
+    autoparallel's name on exit, also on error. Switched off, the block changes nothing."""
+    global last_stats
+    stats = SkipStats()
+    last_stats = stats
+    if not _enabled:
+        yield stats
+        return
+    from autoparallel.shardings import propagation_rules
+
+    original = propagation_rules.propagate_shape_and_sharding
+
+    def propagate_shape_and_sharding(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return original(*args, **kwargs)
+        except RuntimeError as e:
+            if REFUSAL not in str(e):
+                raise
+            stats.skipped += 1
+            if stats.first is None:
+                stats.first = str(e)
+            raise AssertionError(str(e)) from e
+
+    propagation_rules.propagate_shape_and_sharding = propagate_shape_and_sharding
+    try:
+        yield stats
+    finally:
+        propagation_rules.propagate_shape_and_sharding = original
+        if stats.skipped:
+            logger.info("apc: autoparallel's view rule skipped %d input strategies DTensor cannot view (%s)",
+                        stats.skipped, stats.first)
