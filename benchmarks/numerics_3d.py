@@ -21,7 +21,7 @@ Models (sizes chosen so a 2x2x2 build fits in minutes on 2 cores; the head count
 * ``fused``: a Falcon-style fused qkv of ``heads + 2`` heads (4 + 2 = 6) viewed as heads, k and v
   sliced off the end, batch 8, seq 4; ``fused8``: the same with 8 + 2 = 10 heads;
 * ``heads10``: ``models.FlattenedHeads``: a projection viewed as 10 heads and flattened back, on
-  ``[8, 16]`` (the smallest flatten DTensor refuses on 3-D meshes);
+  ``[8, 16]`` (the smallest flatten DTensor refuses on 3-D meshes); ``heads<N>``: N heads;
 * ``linear``: ``nn.Linear(6, 10)`` on ``[8, 6]`` (a bias of 10: nested uneven over two mesh dims);
 * ``mlp6`` / ``mlp12``: ``Linear(8, h) -> ReLU -> Linear(h, 8)`` on ``[8, 8]`` with a hidden of 6 or
   12 (6 splits unevenly over two mesh dims of 2, 12 over three);
@@ -91,8 +91,8 @@ def _builders(name: str):
         hidden = int(name[3:])
         return (lambda: nn.Sequential(nn.Linear(8, hidden), nn.ReLU(), nn.Linear(hidden, 8)),
                 lambda: torch.randn(8, 8))
-    if name == "heads10":
-        return lambda: FlattenedHeads(10), lambda: torch.randn(8, 16)
+    if name.startswith("heads") and name[5:].isdigit():
+        return lambda: FlattenedHeads(int(name[5:])), lambda: torch.randn(8, 16)
     if name == "linear":
         return lambda: nn.Linear(6, 10), lambda: torch.randn(8, 6)
     if name in ("falcon_style", "falcon", "llama3"):
