@@ -76,7 +76,7 @@ class AddMul(nn.Module):
 class FlattenedHeads(nn.Module):
     """A projection viewed as ``heads`` heads, scaled, and flattened back: the smallest model whose
     flatten of a head dim split by every mesh dim of a 3-D mesh DTensor refuses to view when
-    ``heads`` splits unevenly (10 heads on 2×2×2: 10 → 5 → 5 / 2; Falcon's 8 + 2 fused heads)."""
+    ``heads`` splits unevenly (10 heads on 2×2×2: 10 → 5 → 5 / 2: a Falcon-style fused qkv of 8 query heads + k + v)."""
 
     def __init__(self, heads: int = 10, head_dim: int = 4, dim: int = 16) -> None:
         super().__init__()

@@ -120,10 +120,9 @@ def run_one(model: str, call: str, mesh: tuple[int, ...], io: str | None = None,
     import autoparallel_constraints as apc
     from autoparallel_constraints.plan import _view_skip
     from autoparallel_constraints.plan._nested import nested_uneven
-
-    apc.use_view_skip(view_skip)
     from autoparallel_constraints.testing import device_name, run_numerics
 
+    apc.use_view_skip(view_skip)
     model_fn, input_fn = _builders(model)
     seen: dict = {}
 

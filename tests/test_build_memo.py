@@ -12,32 +12,22 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _ilp import build_ilp
 from autoparallel.api import AutoParallel
 from torch import nn
 from torch.distributed.tensor._ops import utils as dtensor_op_utils
 
 import autoparallel_constraints as apc
 from autoparallel_constraints.plan import _build_memo
-from autoparallel_constraints.testing import reset_strategy_cache
 
 DTENSOR_REDISTRIBUTE_COST = dtensor_op_utils.redistribute_cost
 
 
 def _ilp(model_fn, input_fn, mesh, memo: bool) -> tuple[list, list, _build_memo.MemoStats]:
-    """Every decision variable (key, costs, specs) and every constraint of a fresh build."""
+    """The ILP of a fresh build (``_ilp.build_ilp``) with the memo on or off, and its stats."""
     previous = apc.use_build_memo(memo)
-    reset_strategy_cache()  # otherwise the second build reuses the first one's strategies
     try:
-        with torch.device("meta"):
-            model = model_fn()
-        with AutoParallel(model, input_fn, mesh, dynamic=True) as autop:
-            opt = autop.sharding_optimizer
-            variables = sorted(
-                (key, dv.var.name, dv.cost, dv.comm_cost, dv.compute_cost, dv.sharding_transition_cost,
-                 str(dv.input_spec), str(dv.output_spec))
-                for key, dv in opt.decision_vars.items()
-            )
-            rows = sorted(str(c) for c in opt.prob.constraints.values())
+        variables, rows = build_ilp(model_fn, input_fn, mesh)
         stats = _build_memo.last_stats
     finally:
         apc.use_build_memo(previous)

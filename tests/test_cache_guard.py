@@ -73,7 +73,7 @@ def test_stale_strategies_are_refused(make_mesh, monkeypatch, fresh_strategies):
         pass
     # the guard now believes the cache is fresh (restored after the test; fresh_strategies
     # empties the cache this forged run leaves mixed, since later tests share it)
-    monkeypatch.setattr(_cache_guard, "_filled_for", _cache_guard.mesh_key(second))
+    monkeypatch.setattr(_cache_guard, "_filled_for", _cache_guard.cache_key(second))
     with AutoParallel(model, lambda: torch.randn(8, 16), second) as autop:
         with pytest.raises(apc.StaleStrategiesError, match=r"computed for mesh \(2, 4\).*mesh is \(4, 2\)"):
             autop.add_op_constraints()
@@ -99,7 +99,7 @@ def test_a_failed_build_leaves_no_cache_behind(make_mesh, monkeypatch, fresh_str
     with torch.device("meta"):
         model = Broken()
     # the cache was filled on this very mesh: only the failure can clear it
-    monkeypatch.setattr(_cache_guard, "_filled_for", _cache_guard.mesh_key(mesh))
+    monkeypatch.setattr(_cache_guard, "_filled_for", _cache_guard.cache_key(mesh))
     placement_options._placement_options_cache[("left", "by", "a failed build")] = None  # type: ignore[index]
     with pytest.raises(RuntimeError, match="forward fails"):
         with AutoParallel(model, lambda: torch.randn(4, 8), mesh):

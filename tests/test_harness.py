@@ -53,7 +53,7 @@ def test_strategy_cache_is_mesh_blind_and_the_fixture_clears_it(make_mesh, monke
     _stale_strategy_count(first)
     # the plugin's guard would clear the cache here; make it believe the cache is the second mesh's
     # (restored after the test; fresh_strategies empties the cache this leaves mixed)
-    monkeypatch.setattr(_cache_guard, "_filled_for", _cache_guard.mesh_key(second))
+    monkeypatch.setattr(_cache_guard, "_filled_for", _cache_guard.cache_key(second))
     stale, total = _stale_strategy_count(second)  # no reset in between: the upstream hazard
     assert total and stale == total, (stale, total)
     with fresh_strategy_cache():

@@ -6,7 +6,7 @@ Rests on autoparallel at the pin (``view_rule`` in ``shardings/propagation_rules
 module's name ``propagate_shape_and_sharding`` and skips on ``AssertionError`` only) and on torch
 2.13 (``_view_ops._rewrite_plain_shard`` raises ``RuntimeError`` for a flatten whose non-last dim
 a mesh dim other than the last splits unevenly). The case (``models.FlattenedHeads``): heads viewed out of a projection and
-flattened back, 10 heads on 2×2×2 (10 → 5 → 5 / 2, Falcon's 8 + 2 fused heads). When upstream
+flattened back, 10 heads on 2×2×2 (10 → 5 → 5 / 2: a Falcon-style fused qkv of 8 query heads + k + v). When upstream
 skips on that error itself, ``test_without_the_skip_autoparallel_stops_the_build`` fails: then
 the skip, its switch and the ``view-nested-uneven`` note go.
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _ilp import build_ilp
 from torch.distributed.tensor._ops._view_ops import view_groups
 from torch.distributed.tensor.placement_types import Replicate, Shard
 
@@ -36,12 +37,12 @@ def skip_off():
     apc.use_view_skip(previous)
 
 
-def _build(heads: int) -> None:
+def _build(heads: int, dynamic: bool = True) -> None:
     from autoparallel.api import AutoParallel
 
     with torch.device("meta"):
         model = FlattenedHeads(heads)
-    with device_name("H100"), AutoParallel(model, lambda: torch.randn(8, 16), cpu_mesh(MESH), dynamic=True) as autop:
+    with device_name("H100"), AutoParallel(model, lambda: torch.randn(8, 16), cpu_mesh(MESH), dynamic=dynamic) as autop:
         autop.add_input_constraints([(S0, R, R)])
 
 
@@ -52,7 +53,7 @@ def _flatten(placements: tuple) -> tuple:
                                                           strict_view=False)
 
 
-def test_only_dtensors_uneven_view_refusal_becomes_a_skip(fresh_strategies):
+def test_only_dtensors_uneven_view_refusal_becomes_a_skip():
     """Inside the block DTensor's refusal reaches autoparallel as the AssertionError its view rule
     skips, and is counted; any other error and every viewable strategy pass untouched; the name
     is autoparallel's again after the block, also when the block raised."""
@@ -71,6 +72,18 @@ def test_only_dtensors_uneven_view_refusal_becomes_a_skip(fresh_strategies):
     with pytest.raises(ValueError), skipping_unviewable_strategies():
         raise ValueError
     assert propagation_rules.propagate_shape_and_sharding is original
+
+
+def test_switched_off_the_block_changes_nothing(skip_off):
+    """Off, the block leaves autoparallel's name alone and DTensor's refusal stays a RuntimeError."""
+    from autoparallel.shardings import propagation_rules
+
+    original = propagation_rules.propagate_shape_and_sharding
+    with skipping_unviewable_strategies() as stats:
+        assert propagation_rules.propagate_shape_and_sharding is original
+        with pytest.raises(RuntimeError, match="Cannot shard unevenly distributed tensor"):
+            _flatten((S0, S0, S0))
+    assert stats.skipped == 0
 
 
 def test_other_errors_pass_through_the_skip(monkeypatch):
@@ -105,6 +118,32 @@ def test_with_the_skip_the_same_model_builds(fresh_strategies):
     assert _view_skip.last_stats.skipped == 0
 
 
+def test_a_build_the_skip_does_not_touch_has_the_same_ilp(fresh_strategies):
+    """8 heads on 2x2x2 go through the wrapped view rule without a refusal: with the skip and
+    without it, the same decision variables, costs, specs and constraints."""
+    with device_name("H100"):
+        on = build_ilp(lambda: FlattenedHeads(8), lambda: torch.randn(8, 16), cpu_mesh(MESH))
+        previous = apc.use_view_skip(False)
+        try:
+            off = build_ilp(lambda: FlattenedHeads(8), lambda: torch.randn(8, 16), cpu_mesh(MESH))
+        finally:
+            apc.use_view_skip(previous)
+    assert on[0] and on == off
+
+
+def test_switching_the_skip_off_brings_the_failure_back_in_one_process(fresh_strategies):
+    """Static shapes (autoparallel caches their strategies): a build with the skip, then one
+    without it on the same mesh, fails as autoparallel does; the cache filled with the skip is not
+    served to it."""
+    _build(10, dynamic=False)
+    previous = apc.use_view_skip(False)
+    try:
+        with pytest.raises(RuntimeError, match="Cannot shard unevenly distributed tensor"):
+            _build(10, dynamic=False)
+    finally:
+        apc.use_view_skip(previous)
+
+
 @pytest.mark.full
 @pytest.mark.parametrize("call", ["alone", "default"])
 def test_the_plan_of_a_skipped_build_runs_exact(call, fresh_strategies):
@@ -126,7 +165,7 @@ def test_the_plan_of_a_skipped_build_runs_exact(call, fresh_strategies):
 
 @pytest.mark.ondemand
 def test_the_seed_block_with_falcons_fused_heads_runs_on_a_3d_mesh(fresh_strategies):
-    """The seed block with 10 heads (Falcon's 8 + 2 fused) on 2x2x2, which autoparallel's build
+    """The seed block with 10 heads (8 query heads + k + v) on 2x2x2, which autoparallel's build
     stops on without the skip: exact and clean with the default call (~200 s)."""
     from autoparallel_constraints.models import SeedBlock, SeedConfig
 
@@ -144,4 +183,9 @@ def test_use_view_skip_takes_a_bool():
     """A non-bool is refused with the package's option error; a bool returns the previous setting."""
     with pytest.raises(InvalidOptionError, match="True or False"):
         apc.use_view_skip("yes")  # type: ignore[arg-type]
-    assert apc.use_view_skip(True) is True and apc.use_view_skip(True) is True
+    previous = apc.use_view_skip(False)
+    try:
+        assert previous is True  # the default
+        assert apc.use_view_skip(False) is False
+    finally:
+        assert apc.use_view_skip(previous) is False

@@ -301,6 +301,8 @@ def upstream_strategies(mesh: DeviceMesh, node: torch.fx.Node) -> list[Any]:
     from autoparallel.shardings.propagation_rules import _create_all_options
     from torch.utils._pytree import tree_map_only
 
+    from ..plan._view_skip import skipping_unviewable_strategies
+
     def strategy_of(x: torch.fx.Node) -> Any:
         val = x.meta["val"]
         return _create_all_options(mesh, val.shape, tensor=val)
@@ -308,7 +310,8 @@ def upstream_strategies(mesh: DeviceMesh, node: torch.fx.Node) -> list[Any]:
     specs = tree_map_only(torch.fx.Node, strategy_of, node.args)
     user_args = tree_map_only(torch.fx.Node, lambda x: x.meta["val"], node.args)
     user_kwargs = tree_map_only(torch.fx.Node, lambda x: x.meta["val"], node.kwargs)
-    return list(get_placement_options_for_node(mesh, node, specs, user_args, user_kwargs).strategies)
+    with skipping_unviewable_strategies():  # as in a build: a view DTensor refuses is skipped
+        return list(get_placement_options_for_node(mesh, node, specs, user_args, user_kwargs).strategies)
 
 
 def _calls_from_samples(rows: Sequence[OpRule], cases: int) -> Iterable[tuple[OpRule, str, Any]]:

@@ -8,7 +8,8 @@ mesh with the same number of dims in one process silently reuses the first mesh'
 Two lines of defence, both active once the plugin is imported:
 
 * **repair** — ``AutoParallel.__enter__`` is wrapped so the caches are cleared whenever the mesh
-  differs from the one the caches were filled for (the cache still helps within one mesh), and
+  (or the view skip's setting) differs from the one the caches were filled for (the cache still
+  helps within one mesh), and
   after any ``__enter__`` that raised: autoparallel's ``propagate_tensor_meta`` writes tensor
   metadata in place on specs the cache shares, so a build that failed half-way can leave entries
   that make the next model's build fail the same way (measured: recurrent_gemma's ``view_rule``
@@ -33,11 +34,12 @@ from typing import Any
 from ..errors import StaleStrategiesError
 from ._build_memo import memoized_redistribute_cost
 from ._build_size import size_guard
+from ._view_skip import enabled as view_skip_enabled
 from ._view_skip import skipping_unviewable_strategies
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["check_strategies", "clear", "install", "mesh_key"]
+__all__ = ["cache_key", "check_strategies", "clear", "install", "mesh_key"]
 
 _filled_for: tuple | None = None
 
@@ -49,6 +51,12 @@ def mesh_key(mesh: Any) -> tuple:
     with unset_fake_temporarily():  # called inside AutoParallel's FakeTensorMode too
         ranks = tuple(mesh.mesh.flatten().tolist())
     return (mesh.device_type, tuple(mesh.shape), ranks, mesh.mesh_dim_names)
+
+
+def cache_key(mesh: Any) -> tuple:
+    """What the caches were filled for: the mesh, and whether the view skip was on (it changes
+    which strategies a view gets)."""
+    return (*mesh_key(mesh), view_skip_enabled())
 
 
 def clear() -> None:
@@ -69,7 +77,7 @@ def _wrap_enter(original: Any) -> Any:
     @functools.wraps(original)
     def __enter__(self: Any) -> Any:
         global _filled_for
-        key = mesh_key(self.mesh)
+        key = cache_key(self.mesh)
         if key != _filled_for:
             if _filled_for is not None:
                 logger.info("apc: mesh changed %s -> %s; clearing autoparallel's mesh-blind caches", _filled_for[1], key[1])

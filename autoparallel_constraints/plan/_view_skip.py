@@ -5,10 +5,10 @@ autoparallel's ``view_rule`` (``shardings/propagation_rules.py``) asks DTensor's
 DTensor raises ``AssertionError`` (its comment: "Skip this strategy; the replicated variant is
 already covered by another iteration"). torch 2.13 refuses one more layout with ``RuntimeError``
 instead: a flatten whose non-last dim is split unevenly by a mesh dim that is not the last to
-split it ("Cannot shard unevenly distributed tensor", ``_view_ops.py``). On a 3-D mesh that is
-any fused-head flatten whose head count splits unevenly after two mesh dims (Falcon's 8 + 2 = 10
-heads on 2×2×2: 10 → 5 → 5 / 2), and the whole build stops in ``AutoParallel.__enter__``, with
-or without constraints.
+split it ("Cannot shard unevenly distributed tensor", ``_view_ops.py``). autoparallel offers the
+strategy that meets it when every mesh dim shards a head dim at least as large as the mesh (meshes
+of 3 or more dims): a fused qkv of 8 query heads + k + v, 10 heads, on 2×2×2 (10 → 5 → 5 / 2), or
+14; and the whole build stops in ``AutoParallel.__enter__``, with or without constraints.
 
 While one ``__enter__`` runs, :func:`skipping_unviewable_strategies` replaces the name
 ``view_rule`` looks up with a function that turns exactly that ``RuntimeError`` into the
@@ -17,7 +17,10 @@ build that succeeded before builds the same strategies and ILP; a build that sto
 plan. Whether that plan can run is another matter: autoparallel alone may still store a tensor
 with a nested uneven shard, which the default call's ``nested.even`` rows keep out.
 
-Turn it off with :func:`use_view_skip` ``(False)`` to see autoparallel's own behaviour.
+Turn it off with :func:`use_view_skip` ``(False)`` to see autoparallel's own behaviour; the next
+build after a switch starts from an empty placement-option cache (``_cache_guard`` keys the cache
+on the setting), which would otherwise serve strategies computed under the other setting. Like autoparallel's builds themselves (module-global caches), the skip assumes
+one build at a time per process: it swaps a module-global name for the block.
 """
 
 from __future__ import annotations
@@ -27,9 +30,11 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
+from ..errors import InvalidOptionError
+
 logger = logging.getLogger(__name__)
 
-__all__ = ["SkipStats", "skipping_unviewable_strategies", "use_view_skip"]
+__all__ = ["SkipStats", "enabled", "skipping_unviewable_strategies", "use_view_skip"]
 
 _enabled = True
 #: The message of the only ``RuntimeError`` turned into a skip (torch's ``_rewrite_plain_shard``).
@@ -37,7 +42,8 @@ REFUSAL = "Cannot shard unevenly distributed tensor"
 
 
 class SkipStats:
-    """Input strategies of views skipped during one build, and the first refusal's text."""
+    """Refusals turned into skips during one build (strategies served from autoparallel's cache,
+    e.g. for repeated layers, are not asked again and not counted), and the first one's text."""
 
     __slots__ = ("first", "skipped")
 
@@ -57,11 +63,14 @@ def use_view_skip(enabled: bool) -> bool:
     setting. On by default: it only changes builds that autoparallel would otherwise stop."""
     global _enabled
     if not isinstance(enabled, bool):
-        from ..errors import InvalidOptionError
-
         raise InvalidOptionError(f"use_view_skip takes True or False, got {enabled!r}")
     previous, _enabled = _enabled, enabled
     return previous
+
+
+def enabled() -> bool:
+    """Whether later builds run with the view skip."""
+    return _enabled
 
 
 @contextlib.contextmanager
