@@ -15,10 +15,14 @@ the lab builds it, with mesh dims named dp/tp/cp on 3-D meshes). Rests on autopa
 strategies, then calls ``_create_pulp_variables``, which this script replaces by a counter that
 stops the build.
 
+``--memory --solve`` then solves autoparallel's ILP alone with ``highs-lp`` (the default solver) and adds
+the solve's peak resident memory above the built ILP, per variable.
+
 ``--memory`` lets the build finish instead and adds what autoparallel's ILP holds in memory per
 variable: resident memory just before it creates its variables and after its build returns
 (variables, cost records, objective, rows), both after a garbage collection, divided by the
-variables created; the figure behind the build size guard's ``BYTES_PER_VARIABLE`` (Linux).
+variables created, and the same from the build's peak resident memory (transients included); the
+figures behind the build size guard's ``BYTES_PER_VARIABLE`` (Linux).
 """
 
 from __future__ import annotations
@@ -43,6 +47,9 @@ def main() -> int:
     p.add_argument("--model", default="seed")
     p.add_argument("--mesh", default="2x2x2")
     p.add_argument("--memory", action="store_true", help="build in full and measure bytes per variable")
+    p.add_argument("--solve", action="store_true",
+                   help="with --memory: then solve autoparallel's ILP with highs-lp (no plugin rows) and "
+                        "measure the solve's peak per variable")
     args = p.parse_args()
 
     import torch
@@ -50,6 +57,7 @@ def main() -> int:
     from autoparallel.api import AutoParallel
 
     import autoparallel_constraints  # noqa: F401  (the cache guard and build memo, as users get them)
+    from autoparallel_constraints import use_solver
     from autoparallel_constraints.plan import _build_memo
     from autoparallel_constraints.plan._build_size import count_variables
     from autoparallel_constraints.testing import cpu_mesh, device_name
@@ -95,12 +103,25 @@ def main() -> int:
             found.update(rss_after_gib=round(after, 3), created=created,
                          bytes_per_variable=round((after - found["rss_before_gib"]) * 2**30 / created))
             found["rss_before_gib"] = round(found["rss_before_gib"], 3)
+            if args.solve:
+                # the solve's high-water mark above the built ILP (ru_maxrss: the build's own peak
+                # is below it when the solve needs more, which is the case this measures)
+                use_solver(autop, "highs-lp")
+                t1 = time.perf_counter()
+                autop.optimize_placement()
+                peak_solve = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+                found.update(solve_s=round(time.perf_counter() - t1, 1),
+                             solve_peak_bytes_per_variable=round((peak_solve - after * 2**30) / created))
     except _Sized:
         pass
     stats = _build_memo.last_stats
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    if args.memory and "created" in found:
+        # the high-water mark over the build, transients included, per variable created
+        found["peak_bytes_per_variable"] = round((peak - found["rss_before_gib"] * 2**30) / found["created"])
     print(json.dumps({
         "model": args.model, "mesh": list(mesh), ("build_s" if args.memory else "enumeration_s"): round(time.perf_counter() - t0, 1),
-        "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2), **found,
+        "peak_rss_gib": round(peak / 2**30, 2), **found,
         "memo_calls": stats.calls if stats else None, "memo_computed": stats.computed if stats else None,
     }))
     return 0

@@ -35,6 +35,9 @@ def main() -> int:
     p.add_argument("--json", default=None)
     p.add_argument("--model", default="seed", choices=("seed", "llama3_8b"))
     p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--no-size-guard", action="store_true",
+                   help="build even when the plugin's build size guard estimates it cannot be built and solved "
+                        "in the memory available (apc.set_build_budget(None)): to reproduce what happens then")
     args = p.parse_args()
 
     import torch
@@ -46,6 +49,8 @@ def main() -> int:
     from autoparallel_constraints.testing import cpu_mesh, device_name
     from autoparallel_constraints.workbench._bench import _count_variables
 
+    if args.no_size_guard:
+        apc.set_build_budget(None)
     shape = tuple(int(x) for x in args.mesh.split("x"))
     rows = args.rows.split(",")
     if args.model == "llama3_8b":

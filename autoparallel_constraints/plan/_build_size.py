@@ -1,16 +1,16 @@
-"""Stop autoparallel's build before it creates an ILP that cannot fit in memory.
+"""Stop autoparallel's build before it creates an ILP that cannot be built and solved in memory.
 
 Right after its strategy enumeration, autoparallel's ``ShardingOptimizer`` creates one PuLP
 binary variable per (node, argument, own strategy, producer strategy) and a cost record for each
 (``_create_pulp_variables``, then the objective and rows), and holds them until the solve. Each
 mesh dim multiplies a tensor's strategies, so a 3-D mesh gives about 40 times the variables of a
-2-D one: a 1-layer Falcon-style LM has 0.30 M on 2×2 and 13.5 M on 2×2×2, and that build was
+2-D one: a 1-layer Falcon-style LM has 0.30 M on 2×2 and 13.5 M on 2×2×2, and that run was
 killed by the OOM killer at 23 GiB after 43 minutes (docs/meshes_3d.md).
 
 While one ``AutoParallel.__enter__`` runs, :func:`size_guard` counts those variables first, from
 the enumerated strategies (arithmetic, nothing created; 7 ms for 1.13 M), and raises
-:class:`BuildTooLargeError` when ``count * BYTES_PER_VARIABLE`` (the build alone, the solve not
-counted) exceeds the budget: by default the memory the system reports available when the count
+:class:`BuildTooLargeError` when ``count * (BYTES_PER_VARIABLE + SOLVE_BYTES_PER_VARIABLE)``
+(what the build holds, and what the solve needs on top) exceeds the budget: by default the memory the system reports available when the count
 is made (``MemAvailable``, or a cgroup's limit less its usage when lower), or a fixed budget in
 GiB set with :func:`set_build_budget`; ``None`` turns it off. Where neither is known (no
 ``/proc/meminfo``) the default checks nothing. The patch is process-wide for the length of a
@@ -33,14 +33,22 @@ from ..errors import BuildTooLargeError, InvalidOptionError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["BYTES_PER_VARIABLE", "IlpSize", "count_variables", "set_build_budget", "size_guard"]
+__all__ = ["BYTES_PER_VARIABLE", "IlpSize", "SOLVE_BYTES_PER_VARIABLE", "count_variables", "set_build_budget",
+           "size_guard"]
 
 # What autoparallel's ILP holds per variable from _create_pulp_variables to the end of the build
 # (variables, cost records, objective, rows), measured as resident memory before and after
 # (benchmarks/ilp_size.py --memory): 1,280 bytes on the seed block on 2x2 (29,288 variables), 1,330 on
-# 2x2x2 (1.13 M). The solve comes on top (CBC's model in its own process, or HiGHS's in this
-# one), so the estimate is a lower bound: a build refused cannot fit, one let through may not.
+# 2x2x2 (1.13 M); 1,243 on the Falcon-style LM and 1,327 on llama3 small (2x2).
 BYTES_PER_VARIABLE = 1300
+# What autoparallel's solve needs on top, with highs-lp (the default solver): the solve's peak
+# resident memory above the built ILP, per variable (benchmarks/ilp_size.py --memory --solve): 627
+# on the seed block on 2x2x2, 700 on the Falcon-style LM and 761 on llama3 small (2x2; 895 on the
+# seed block's 29 K variables, where fixed costs weigh). Without it the guard let a 1-layer
+# Falcon-style LM on 2x2x2 (13.5 M variables, 16.4 GiB to build) through, and its solve was killed
+# at 23 GiB; a build that cannot be solved is of no use. CBC's solve runs in its own process and
+# was not measured.
+SOLVE_BYTES_PER_VARIABLE = 800
 
 _budget: float | str | None = "available"
 
@@ -56,7 +64,8 @@ class IlpSize:
 
     @property
     def estimate_bytes(self) -> int:
-        return self.variables * BYTES_PER_VARIABLE
+        """What building and solving these variables takes at least, measured per variable."""
+        return self.variables * (BYTES_PER_VARIABLE + SOLVE_BYTES_PER_VARIABLE)
 
 
 last_size: IlpSize | None = None
@@ -130,8 +139,9 @@ def _check(opt: Any) -> None:
     mesh = tuple(opt.mesh.shape)
     raise BuildTooLargeError(
         f"autoparallel's ILP for this model on mesh {mesh} would have {size.variables:,} binary variables "
-        f"(most in {ops}): at least {gib(size.estimate_bytes)} to build ({BYTES_PER_VARIABLE} bytes each, "
-        f"measured; the solve needs more), more than the {gib(budget)} {where}. Each mesh dim multiplies the strategies of every "
+        f"(most in {ops}): at least {gib(size.estimate_bytes)} to build and solve ({BYTES_PER_VARIABLE} "
+        f"bytes each to build and {SOLVE_BYTES_PER_VARIABLE} more to solve with highs-lp, measured), more "
+        f"than the {gib(budget)} {where}. Each mesh dim multiplies the strategies of every "
         "tensor, so a mesh with one dim fewer has tens of times fewer variables; or run on a machine with "
         "more memory, or call apc.set_build_budget(None) to build anyway.",
         size=size,
