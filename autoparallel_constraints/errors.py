@@ -89,8 +89,8 @@ class SolverTimeLimitError(ConstraintsError, RuntimeError):
 
 
 class BuildTooLargeError(ConstraintsError, RuntimeError):
-    """autoparallel's ILP for this model and mesh would not fit in the memory budget
-    (``apc.set_build_budget``): raised inside ``AutoParallel.__enter__`` after the strategy
+    """autoparallel's ILP for this model and mesh could not be built and solved within the memory
+    budget (``apc.set_build_budget``): raised inside ``AutoParallel.__enter__`` after the strategy
     enumeration, before any variable is created. ``size`` is the count (an ``IlpSize``),
     ``budget_bytes`` the budget it was held to."""
 

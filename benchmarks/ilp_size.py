@@ -15,14 +15,16 @@ the lab builds it, with mesh dims named dp/tp/cp on 3-D meshes). Rests on autopa
 strategies, then calls ``_create_pulp_variables``, which this script replaces by a counter that
 stops the build.
 
-``--memory --solve`` then solves autoparallel's ILP alone with ``highs-lp`` (the default solver) and adds
-the solve's peak resident memory above the built ILP, per variable.
-
 ``--memory`` lets the build finish instead and adds what autoparallel's ILP holds in memory per
 variable: resident memory just before it creates its variables and after its build returns
-(variables, cost records, objective, rows), both after a garbage collection, divided by the
-variables created, and the same from the build's peak resident memory (transients included); the
-figures behind the build size guard's ``BYTES_PER_VARIABLE`` (Linux).
+(variables, cost records, rows; autoparallel makes its objective in the solve), both after a garbage
+collection, divided by the variables created, and the same from the build's peak resident memory
+(transients included); the figures behind the build size guard's ``BYTES_PER_VARIABLE`` (Linux).
+
+``--memory --solve`` then solves autoparallel's ILP alone with ``highs-lp`` (the default solver, no
+plugin rows) and adds the solve's peak resident memory above the built ILP, per variable (None when
+the solve did not raise the process's peak), and the relaxation's verdict: the figure behind
+``SOLVE_BYTES_PER_VARIABLE``.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ def main() -> int:
     from autoparallel import optimize_sharding
     from autoparallel.api import AutoParallel
 
-    import autoparallel_constraints  # noqa: F401  (the cache guard and build memo, as users get them)
+    import autoparallel_constraints as apc  # the cache guard and build memo, as users get them
     from autoparallel_constraints import use_solver
     from autoparallel_constraints.plan import _build_memo
     from autoparallel_constraints.plan._build_size import count_variables
@@ -82,6 +84,8 @@ def main() -> int:
         found["rss_before_gib"] = _rss() / 2**30
         return create(self)
 
+    # the guard would refuse the ILPs this script exists to size (it counts as this does)
+    apc.set_build_budget(None)
     create = optimize_sharding.ShardingOptimizer._create_pulp_variables
     optimize_sharding.ShardingOptimizer._create_pulp_variables = count
     mesh = tuple(int(x) for x in args.mesh.split("x"))
@@ -103,15 +107,20 @@ def main() -> int:
             found.update(rss_after_gib=round(after, 3), created=created,
                          bytes_per_variable=round((after - found["rss_before_gib"]) * 2**30 / created))
             found["rss_before_gib"] = round(found["rss_before_gib"], 3)
+            found["build_s"] = round(time.perf_counter() - t0, 1)
             if args.solve:
-                # the solve's high-water mark above the built ILP (ru_maxrss: the build's own peak
-                # is below it when the solve needs more, which is the case this measures)
-                use_solver(autop, "highs-lp")
+                # the solve's high-water mark above the built ILP; ru_maxrss is the process's, so
+                # the figure stands only when the solve raised it (else None)
+                hook = use_solver(autop, "highs-lp")
+                before_solve = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
                 t1 = time.perf_counter()
                 autop.optimize_placement()
                 peak_solve = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+                outcome = hook.outcomes[-1] if hook.outcomes else None
                 found.update(solve_s=round(time.perf_counter() - t1, 1),
-                             solve_peak_bytes_per_variable=round((peak_solve - after * 2**30) / created))
+                             solve_relaxation=getattr(outcome, "relaxation", None),
+                             solve_peak_bytes_per_variable=(round((peak_solve - after * 2**30) / created)
+                                                            if peak_solve > before_solve else None))
     except _Sized:
         pass
     stats = _build_memo.last_stats
@@ -120,7 +129,7 @@ def main() -> int:
         # the high-water mark over the build, transients included, per variable created
         found["peak_bytes_per_variable"] = round((peak - found["rss_before_gib"] * 2**30) / found["created"])
     print(json.dumps({
-        "model": args.model, "mesh": list(mesh), ("build_s" if args.memory else "enumeration_s"): round(time.perf_counter() - t0, 1),
+        "model": args.model, "mesh": list(mesh), **({} if args.memory else {"enumeration_s": round(time.perf_counter() - t0, 1)}),
         "peak_rss_gib": round(peak / 2**30, 2), **found,
         "memo_calls": stats.calls if stats else None, "memo_computed": stats.computed if stats else None,
     }))

@@ -4,11 +4,12 @@ already does for DTensor's ``AssertionError``, instead of stopping ``AutoParalle
 
 Rests on autoparallel at the pin (``view_rule`` in ``shardings/propagation_rules.py`` calls the
 module's name ``propagate_shape_and_sharding`` and skips on ``AssertionError`` only) and on torch
-2.13 (``_view_ops._rewrite_plain_shard`` raises ``RuntimeError`` for a flatten whose non-last dim
-a mesh dim other than the last splits unevenly). The case (``models.FlattenedHeads``): heads viewed out of a projection and
-flattened back, 10 heads on 2×2×2 (10 → 5 → 5 / 2: a Falcon-style fused qkv of 8 query heads + k + v). When upstream
-skips on that error itself, ``test_without_the_skip_autoparallel_stops_the_build`` fails: then
-the skip, its switch and the ``view-nested-uneven`` note go.
+2.13 (``_view_ops._rewrite_plain_shard`` raises ``RuntimeError`` for a flatten whose non-last dim a
+mesh dim other than the last splits unevenly). The case (``models.FlattenedHeads``): heads viewed
+out of a projection and flattened back, 10 heads on 2×2×2 (10 → 5 → 5 / 2: a Falcon-style fused qkv
+of 8 query heads + k + v). When upstream skips on that error itself,
+``test_without_the_skip_autoparallel_stops_the_build`` fails: then the skip, its switch and the
+``view-nested-uneven`` note go.
 """
 
 from __future__ import annotations

@@ -7,14 +7,15 @@ mesh dim multiplies a tensor's strategies, so a 3-D mesh gives about 40 times th
 2-D one: a 1-layer Falcon-style LM has 0.30 M on 2×2 and 13.5 M on 2×2×2, and that run was
 killed by the OOM killer at 23 GiB after 43 minutes (docs/meshes_3d.md).
 
-While one ``AutoParallel.__enter__`` runs, :func:`size_guard` counts those variables first, from
-the enumerated strategies (arithmetic, nothing created; 7 ms for 1.13 M), and raises
-:class:`BuildTooLargeError` when ``count * (BYTES_PER_VARIABLE + SOLVE_BYTES_PER_VARIABLE)``
-(what the build holds, and what the solve needs on top) exceeds the budget: by default the memory the system reports available when the count
-is made (``MemAvailable``, or a cgroup's limit less its usage when lower), or a fixed budget in
-GiB set with :func:`set_build_budget`; ``None`` turns it off. Where neither is known (no
-``/proc/meminfo``) the default checks nothing. The patch is process-wide for the length of a
-build, like autoparallel's own caches: builds in several threads at once are not supported.
+While one ``AutoParallel.__enter__`` runs, :func:`size_guard` counts those variables first, from the
+enumerated strategies (arithmetic, nothing created; 7 ms for 1.13 M), and raises
+:class:`BuildTooLargeError` when ``count * (BYTES_PER_VARIABLE + SOLVE_BYTES_PER_VARIABLE)`` (what
+the build holds, and what the solve needs on top) exceeds the budget: by default the memory the
+system reports available when the count is made (``MemAvailable``, or a cgroup's limit less its
+usage when lower), or a fixed budget in GiB set with :func:`set_build_budget`; ``None`` turns it
+off. Where neither is known (no ``/proc/meminfo``) the default checks nothing. The patch is
+process-wide for the length of a build, like autoparallel's own caches: builds in several threads at
+once are not supported.
 """
 
 from __future__ import annotations
@@ -33,21 +34,29 @@ from ..errors import BuildTooLargeError, InvalidOptionError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["BYTES_PER_VARIABLE", "IlpSize", "SOLVE_BYTES_PER_VARIABLE", "count_variables", "set_build_budget",
-           "size_guard"]
+__all__ = [
+    "BYTES_PER_VARIABLE",
+    "SOLVE_BYTES_PER_VARIABLE",
+    "IlpSize",
+    "count_variables",
+    "set_build_budget",
+    "size_guard",
+]
 
 # What autoparallel's ILP holds per variable from _create_pulp_variables to the end of the build
-# (variables, cost records, objective, rows), measured as resident memory before and after
-# (benchmarks/ilp_size.py --memory): 1,280 bytes on the seed block on 2x2 (29,288 variables), 1,330 on
-# 2x2x2 (1.13 M); 1,243 on the Falcon-style LM and 1,327 on llama3 small (2x2).
-BYTES_PER_VARIABLE = 1300
-# What autoparallel's solve needs on top, with highs-lp (the default solver): the solve's peak
-# resident memory above the built ILP, per variable (benchmarks/ilp_size.py --memory --solve): 627
-# on the seed block on 2x2x2, 700 on the Falcon-style LM and 761 on llama3 small (2x2; 895 on the
-# seed block's 29 K variables, where fixed costs weigh). Without it the guard let a 1-layer
-# Falcon-style LM on 2x2x2 (13.5 M variables, 16.4 GiB to build) through, and its solve was killed
-# at 23 GiB; a build that cannot be solved is of no use. CBC's solve runs in its own process and
-# was not measured.
+# (variables, cost records, rows), measured as resident memory before and after
+# (benchmarks/ilp_size.py --memory): 1,243 to 1,330 bytes on four models up to 1.13 M variables. It
+# grows with size: llama3 at Llama3-8B shapes on 4x4x4 (12.25 M) peaked 1,550 bytes per variable
+# above its enumeration, and a 1-layer Falcon-style LM on 2x2x2 (13.5 M) was killed at 23.2 GiB,
+# over 1,780 per variable, before it finished (most likely while building). The guard takes the
+# largest build measured to the end, so it is a lower bound at that scale.
+BYTES_PER_VARIABLE = 1550
+# What autoparallel's solve needs on top, with highs-lp (the default solver) and no plugin rows: the
+# solve's peak resident memory above the built ILP, per variable (benchmarks/ilp_size.py --memory
+# --solve): 627 on the seed block on 2x2x2, 700 on the Falcon-style LM and 761 on llama3 small
+# (2x2; 895 on the seed block's 29 K variables, where fixed costs weigh). A build that cannot be
+# solved is of no use. Not measured: CBC's solve (its own process), the plugin's rows, a MIP after
+# a fractional relaxation.
 SOLVE_BYTES_PER_VARIABLE = 800
 
 _budget: float | str | None = "available"

@@ -18,9 +18,10 @@ plan. Whether that plan can run is another matter: autoparallel alone may still 
 with a nested uneven shard, which the default call's ``nested.even`` rows keep out.
 
 Turn it off with :func:`use_view_skip` ``(False)`` to see autoparallel's own behaviour; the next
-build after a switch starts from an empty placement-option cache (``_cache_guard`` keys the cache
-on the setting), which would otherwise serve strategies computed under the other setting. Like autoparallel's builds themselves (module-global caches), the skip assumes
-one build at a time per process: it swaps a module-global name for the block.
+build after a switch starts from an empty placement-option cache (``_cache_guard`` keys the cache on
+the setting), which would otherwise serve strategies computed under the other setting. Like
+autoparallel's builds themselves (module-global caches), the skip assumes one build at a time per
+process: it swaps a module-global name for the block.
 """
 
 from __future__ import annotations
