@@ -60,8 +60,7 @@ def main() -> int:
 
     import autoparallel_constraints as apc  # the cache guard and build memo, as users get them
     from autoparallel_constraints import use_solver
-    from autoparallel_constraints.plan import _build_memo
-    from autoparallel_constraints.plan._build_size import count_variables
+    from autoparallel_constraints.plan import _build_memo, _build_size
     from autoparallel_constraints.testing import cpu_mesh, device_name
 
     sys.path.insert(0, str(HERE))
@@ -70,9 +69,9 @@ def main() -> int:
     found: dict = {}
 
     def count(self) -> None:
-        # the plugin's own count (the build size guard's), then what it leaves out: strategies per
-        # node, and the variables before repeated layers share theirs
-        size = count_variables(self)
+        # the plugin's own count (the build size guard counted just before this, wrapping it), then
+        # what it leaves out: strategies per node, and the variables before repeated layers share theirs
+        size = _build_size.last_size
         strategies = sorted(len(self.strats[n].strategies) for n in self.strats if n.op != "output")
         unlinked = sum(1 for n in self.strats if n.op != "output" for _ in self.walk_over_options(n))
         found.update(variables=size.variables, without_cluster_links=unlinked, nodes=len(strategies),
@@ -112,10 +111,10 @@ def main() -> int:
                 # the solve's high-water mark above the built ILP; ru_maxrss is the process's, so
                 # the figure stands only when the solve raised it (else None)
                 hook = use_solver(autop, "highs-lp")
-                before_solve = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+                before_solve = _peak()
                 t1 = time.perf_counter()
                 autop.optimize_placement()
-                peak_solve = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+                peak_solve = _peak()
                 outcome = hook.outcomes[-1] if hook.outcomes else None
                 found.update(solve_s=round(time.perf_counter() - t1, 1),
                              solve_relaxation=getattr(outcome, "relaxation", None),
@@ -124,7 +123,7 @@ def main() -> int:
     except _Sized:
         pass
     stats = _build_memo.last_stats
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = _peak()
     if args.memory and "created" in found:
         # the high-water mark over the build, transients included, per variable created
         found["peak_bytes_per_variable"] = round((peak - found["rss_before_gib"] * 2**30) / found["created"])
@@ -134,6 +133,11 @@ def main() -> int:
         "memo_calls": stats.calls if stats else None, "memo_computed": stats.computed if stats else None,
     }))
     return 0
+
+
+def _peak() -> int:
+    """The process's peak resident memory so far, in bytes (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _rss() -> int:

@@ -80,7 +80,8 @@ def _wrap_enter(original: Any) -> Any:
         key = cache_key(self.mesh)
         if key != _filled_for:
             if _filled_for is not None:
-                logger.info("apc: mesh changed %s -> %s; clearing autoparallel's mesh-blind caches", _filled_for[1], key[1])
+                logger.info("apc: mesh or view skip changed (%s, skip %s -> %s, skip %s); clearing autoparallel's "
+                            "mesh-blind caches", _filled_for[1], _filled_for[-1], key[1], key[-1])
             clear()
             _filled_for = key
         try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -69,6 +69,15 @@ class _Views:
             f"without a redistribution (DTensor would need {why})"
         )
 
+    def _global_outs(self, sharded: Sequence[int], out_local: Sequence[int]) -> Iterator[tuple[tuple[int, ...], list[int]]]:
+        """Each way of putting the shards of the mesh dims ``sharded`` on dims of a view's output of
+        local shape ``out_local``: the assignment (output dim per mesh dim) and the global shape."""
+        for assignment in itertools.product(range(len(out_local)), repeat=len(sharded)):
+            global_out = list(out_local)
+            for out_dim, m in zip(assignment, sharded):
+                global_out[out_dim] *= self.sizes[m]
+            yield assignment, global_out
+
     def _view_candidates(self, node: torch.fx.Node, args: Any, kwargs: Any, out_local: tuple[int, ...],
                          errors: list[_Violation]) -> list[tuple[tuple[int, int], Any]]:
         """The global views of ``args[0]`` (a spec) with local shape ``out_local``, each with its
@@ -78,14 +87,11 @@ class _Views:
         sharded = [d for d, p in enumerate(spec.placements) if _sharded_dim(p) is not None]
         expand = node.target is aten.expand.default
         found: list[tuple[tuple[int, int], Any]] = []
-        for assignment in itertools.product(range(len(out_local)), repeat=len(sharded)):
+        for assignment, global_out in self._global_outs(sharded, out_local):
             if expand:
                 offset = len(out_local) - len(in_global)
                 if any(a != _sharded_dim(spec.placements[m]) + offset for a, m in zip(assignment, sharded)):
                     continue
-            global_out = list(out_local)
-            for out_dim, m in zip(assignment, sharded):
-                global_out[out_dim] *= self.sizes[m]
             if not expand and _prod(global_out) != _prod(in_global):
                 continue
             new_args = list(args)
@@ -167,10 +173,7 @@ class _Views:
             return []
         in_size = _prod(spec.tensor_meta.shape)
         out: list[_Merged] = []
-        for assignment in itertools.product(range(len(out_local)), repeat=len(sharded)):
-            global_out = list(out_local)
-            for o, m in zip(assignment, sharded):
-                global_out[o] *= self.sizes[m]
+        for _, global_out in self._global_outs(sharded, out_local):
             if _prod(global_out) != in_size:
                 continue
             merged = self._merged_flatten(spec, global_out, out_local)
