@@ -47,9 +47,16 @@ PIN_SOURCE_FINGERPRINT = "b2f6ced7d2ada0a20aea825d4789a0d2b64466774838714278c80e
 #: What ``--write-constraints`` pins: every package the library or its tests import, and the
 #: transformers stack whose internals the model tests rest on. torch and autoparallel are checked
 #: apart (torch's build comes from the user's index; autoparallel is not on PyPI).
+#: The torchtitan extra (``.[torchtitan]``) and what torchtitan pulls in: pinned like the rest, but
+#: only the torchtitan cases need them, so an install without them is reported, not failed.
+OPTIONAL_TORCHTITAN: tuple[str, ...] = (
+    "torchtitan", "torch-checkpointing", "triton", "torchdata", "spmd-types", "tyro", "tensorboard",
+    "datasets", "wandb", "einops",
+)
+
 FROZEN: tuple[str, ...] = (
     "torch", "pulp", "highspy", "numpy", "transformers", "huggingface-hub", "tokenizers", "safetensors",
-    "hypothesis", "matplotlib", "pytest", "pytest-xdist",
+    "hypothesis", "matplotlib", "pytest", "pytest-xdist", *OPTIONAL_TORCHTITAN,
 )
 
 #: The pip line that installs the pinned autoparallel (the second line of the install hint).
@@ -66,7 +73,8 @@ _FIX = {
 
 @dataclass(frozen=True, slots=True)
 class Check:
-    """One line of the report: ``status`` is ``tested``, ``untested`` or ``missing``."""
+    """One line of the report: ``status`` is ``tested``, ``untested``, ``missing`` or ``optional``
+    (a package of the torchtitan extra that is not installed)."""
 
     name: str
     installed: str | None
@@ -202,7 +210,11 @@ def checks(constraints: dict[str, str] | None = None) -> list[Check]:
             continue
         version = installed_version(name)
         fix = _FIX.get(name, "pip install '{name}=={version}'").format(name=name, version=tested)
-        if version is None:
+        if version is None and name in OPTIONAL_TORCHTITAN:
+            out.append(Check(name, None, tested, "optional",
+                             "only the torchtitan cases need it: pip install -c "
+                             "autoparallel_constraints/constraints.txt -e '.[torchtitan]'"))
+        elif version is None:
             out.append(Check(name, None, tested, "missing", fix))
         elif _public(version) == tested:
             out.append(Check(name, version, tested, "tested"))
