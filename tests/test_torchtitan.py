@@ -131,3 +131,50 @@ def test_deepseek_v3_default_call_is_proven() -> None:
     """torchtitan's DeepSeek-V3 (2 layers: a dense one and an MoE one) with the default call."""
     report = apc.verify(_static_build("deepseek_v3", 2, plugin=True))
     assert report.ok and report.n_unknown == 0, str(report)
+
+
+def test_torchtitans_module_loader_switches_the_plugin_on(monkeypatch) -> None:
+    """torchtitan's own ConfigManager, given ``--module autoparallel_constraints.torchtitan``,
+    finds its graph_trainer config there, and the import enabled the plugin with $APC_OPTIONS."""
+    import sys
+
+    from torchtitan.config.manager import ConfigManager
+
+    monkeypatch.setenv("APC_OPTIONS", '{"formulation": "strict"}')
+    monkeypatch.delitem(sys.modules, "autoparallel_constraints.torchtitan", raising=False)
+    try:
+        config = ConfigManager().parse_args(
+            ["--module", "autoparallel_constraints.torchtitan", "--config", "graph_trainer_llama3_debugmodel"]
+        )
+        assert type(config).__name__ == "Config"
+        assert apc.enabled_options() == {"formulation": "strict"}
+    finally:
+        apc.disable()
+
+
+def _plan(autop) -> dict[str, str]:
+    return {n.name: str(s) for n, s in autop.sharding_placement.items()}
+
+
+@pytest.mark.full
+def test_enable_gives_torchtitans_class_the_same_plan_as_the_explicit_call() -> None:
+    """apc.enable() with torchtitan's AutoParallelGraph and torchtitan's sequence (no plugin line
+    in it): the same objective and the same strategy on every node as add_op_constraints(), and
+    the graph torchtitan's own apply path builds (apply_placement_for_fx_module) is verified."""
+    from torchtitan.experiments.graph_trainer.configs import GraphTrainerCompileConfig
+
+    explicit = _static_build("llama3", 1, plugin=True)
+    case = torchtitan_case("llama3", layers=1)
+    with torch.device("meta"):
+        model = case.model_fn()
+    with apc.enabled():
+        with autoparallel_graph_class()(model, case.input_fn, cpu_mesh((2, 2), ("dp", "tp")),
+                                        mp_policy=case.mp_policy) as autop:
+            case.configure(autop)
+            placement = autop.optimize_placement(verbose=False)
+            autop.apply_placement_for_fx_module(placement, compile_config=GraphTrainerCompileConfig())
+    assert autop._apc_state is not None
+    assert autop.sharding_optimizer.prob.objective.value() == pytest.approx(
+        explicit.sharding_optimizer.prob.objective.value(), rel=1e-9)
+    assert _plan(autop) == _plan(explicit)
+    assert apc.verify(autop).ok
