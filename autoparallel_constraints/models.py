@@ -423,3 +423,77 @@ def zoo_model(family: str, *, seq: int = 16, batch: int = 4, attn: str = "eager"
         return torch.randint(0, vocab, (batch, seq))
 
     return model_fn, input_fn
+
+
+__all__ += ["local_map_block"]
+
+
+def local_map_block(mesh: Any, *, nheads: int = 4, dim1: int = 32, dim2: int = 64) -> type[nn.Module]:
+    """autoparallel's ``examples/example_local_map.py`` on a 2-D mesh at small sizes: the model
+    class (its ``local_map`` regions close over ``mesh``, so build the class per mesh).
+
+    Three regions as in the example: a pointwise on a weight sharded ``(S(0), R)``, a linear with
+    everything replicated, and attention over ``(batch, heads)`` sharded ``(S(0), S(1))`` (the
+    example's third mesh dim, context parallel, dropped), the attention block under selective
+    activation checkpointing (attention matmuls saved, the rest recomputed).
+
+    Changed from the example for a CPU trace: attention is written as ``softmax(q kᵀ/√d) v``, since
+    CPU SDPA inside a local_map traces the CPU generator's state as a real tensor, which the trace
+    refuses; the checkpoint does not preserve RNG state (nothing in it draws random numbers).
+    """
+    import functools
+
+    from torch.distributed.tensor.experimental import local_map
+    from torch.distributed.tensor.placement_types import Replicate, Shard
+    from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+
+    if mesh.ndim != 2:
+        raise ValueError(f"local_map_block is written for a 2-D mesh, got {mesh.ndim}-D")
+    rr = (Replicate(), Replicate())
+    s0 = (Shard(0), Replicate())
+    bh = (Shard(0), Shard(1))
+
+    def policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
+        save = op in (torch.ops.aten.bmm.default, torch.ops.aten.matmul.default)
+        return CheckpointPolicy.PREFER_SAVE if save else CheckpointPolicy.PREFER_RECOMPUTE
+
+    context_fn = functools.partial(create_selective_checkpoint_contexts, policy)
+
+    @local_map(out_placements=(rr,), in_placements=(rr, rr), redistribute_inputs=True, in_grad_placements=None,
+               device_mesh=mesh)
+    def replicate_linear(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return torch.matmul(x, w.t())
+
+    @local_map(out_placements=(s0,), in_placements=(s0,), redistribute_inputs=True, in_grad_placements=None,
+               device_mesh=mesh)
+    def sharded_pointwise(x: torch.Tensor) -> torch.Tensor:
+        return x + 10
+
+    @local_map(out_placements=(bh,), in_placements=(bh, bh, bh), redistribute_inputs=True, in_grad_placements=None,
+               device_mesh=mesh)
+    def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        scores = torch.matmul(q, k.transpose(-2, -1)) / q.shape[-1] ** 0.5
+        return torch.matmul(torch.softmax(scores, dim=-1), v)
+
+    class LocalMapBlock(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.nheads = nheads
+            self.wq = nn.Linear(dim1, dim1, bias=False)
+            self.wk = nn.Linear(dim1, dim1, bias=False)
+            self.wv = nn.Linear(dim1, dim1, bias=False)
+            self.wo = nn.Linear(dim1, dim1, bias=False)
+            self.w1 = nn.Linear(dim1, dim2, bias=False)
+            self.w2 = nn.Linear(dim2, dim1, bias=False)
+
+        def _attention(self, x: torch.Tensor) -> torch.Tensor:
+            q = replicate_linear(sharded_pointwise(self.wq.weight), x)
+            k, v = self.wk(x), self.wv(x)
+            q, k, v = (t.unflatten(-1, (self.nheads, -1)).permute(0, 2, 1, 3) for t in (q, k, v))
+            return self.wo(attention(q, k, v).permute(0, 2, 1, 3).flatten(-2))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            o0 = checkpoint(self._attention, x, use_reentrant=False, context_fn=context_fn, preserve_rng_state=False) + x
+            return o0 + self.w2(torch.relu(self.w1(o0)))
+
+    return LocalMapBlock

@@ -36,7 +36,7 @@ import torch
 import torch.fx.traceback as fx_traceback
 from torch.utils._pytree import tree_flatten
 
-from ..core._tags import TAG
+from ..core._tags import REGION, TAG
 from ..plan._sizes import SizeCoupling, find_size_couplings, is_dynamic
 from ..plan._state import PlannedRedistribute, get_state
 from ..table import default_table
@@ -194,6 +194,63 @@ def tag_nodes(gm: torch.fx.GraphModule, targets: set[Any]) -> Iterator[None]:
                 node.meta["custom"] = previous
 
 
+def is_local_map(node: torch.fx.Node) -> bool:
+    """A ``local_map`` region's node in the joint graph (forward or backward)."""
+    return node.op == "call_function" and bool(node.meta.get("local_map_kwargs")) and "call_local_map" in str(node.target)
+
+
+def _traced_graph() -> torch.fx.Graph | None:
+    """The graph make_fx is tracing into right now (None outside a trace)."""
+    from torch.fx.experimental.proxy_tensor import get_proxy_mode
+
+    mode = get_proxy_mode()
+    return None if mode is None else mode.tracer.graph
+
+
+def _nodes_after(graph: torch.fx.Graph, last: torch.fx.Node | None) -> list[torch.fx.Node]:
+    nodes = list(graph.nodes)
+    return nodes if last is None else nodes[nodes.index(last) + 1:]
+
+
+_REDISTRIBUTED: contextvars.ContextVar[list[torch.fx.Node] | None] = contextvars.ContextVar(
+    "apc_redistributed", default=None
+)
+
+
+def _wrap_run_node(original: Any) -> Any:
+    """Tag the ops a local_map region's body traces into the parallel graph with
+    ``meta["custom"][REGION] = <its joint node>`` (the redistributions into its inputs excluded), so
+    the verifier can read the region by the placements its user declared. The body runs in a
+    nested interpreter that sets each body node's own meta, so the tag cannot ride on the current
+    meta as the plugin's redistribution tags do: the nodes are found by position instead."""
+
+    @functools.wraps(original)
+    def run_node(self: Any, n: torch.fx.Node) -> Any:
+        graph = _traced_graph() if is_local_map(n) else None
+        if graph is None:
+            return original(self, n)
+        last = graph._root.prev if graph._root.prev is not graph._root else None
+        redistributed: list[torch.fx.Node] = []
+        token = _REDISTRIBUTED.set(redistributed)
+        try:
+            result = original(self, n)
+        finally:
+            _REDISTRIBUTED.reset(token)
+        skip = set(redistributed)
+        for node in _nodes_after(graph, last):
+            if node not in skip and node.op == "call_function":
+                node.meta["custom"] = {**(node.meta.get("custom") or {}), REGION: n.name}
+        return result
+
+    run_node.__apc_wrapped__ = True  # type: ignore[attr-defined]
+    return run_node
+
+
+def is_local_map(node: torch.fx.Node) -> bool:
+    """A ``local_map`` region's node in the joint graph (forward or backward)."""
+    return node.op == "call_function" and bool(node.meta.get("local_map_kwargs")) and "call_local_map" in str(node.target)
+
+
 def name_redistribute_nodes(
     parallel_gm: torch.fx.GraphModule, planned: Sequence[PlannedRedistribute]
 ) -> list[PlannedRedistribute]:
@@ -241,6 +298,16 @@ def name_redistribute_nodes(
 def _wrap_redistribute_tensor(original: Any) -> Any:
     @functools.wraps(original)
     def redistribute_tensor(self: Any, arg: Any, curr_spec: Any, tgt_spec: Any, node: torch.fx.Node) -> Any:
+        collected = _REDISTRIBUTED.get()
+        graph = _traced_graph() if collected is not None else None
+        if graph is None:
+            return _redistribute(self, arg, curr_spec, tgt_spec, node)
+        last = graph._root.prev if graph._root.prev is not graph._root else None
+        out = _redistribute(self, arg, curr_spec, tgt_spec, node)
+        collected.extend(_nodes_after(graph, last))  # a redistribution into a region is not in it
+        return out
+
+    def _redistribute(self: Any, arg: Any, curr_spec: Any, tgt_spec: Any, node: torch.fx.Node) -> Any:
         record = _RECORD.get()
         if record is None:
             return original(self, arg, curr_spec, tgt_spec, node)
@@ -444,6 +511,8 @@ def install() -> None:
     if not getattr(AutoParallel._apply_placement_common, "__apc_wrapped__", False):
         AutoParallel._apply_placement_common = _wrap_apply_placement_common(AutoParallel._apply_placement_common)
     interp = apply_sharding.ApplyShardingInterpreter
+    if not getattr(interp.run_node, "__apc_wrapped__", False):
+        interp.run_node = _wrap_run_node(interp.run_node)
     if not getattr(interp.redistribute_tensor, "__apc_wrapped__", False):
         interp.redistribute_tensor = _wrap_redistribute_tensor(interp.redistribute_tensor)
     if not getattr(apply_sharding.ordered_redistribute_local_tensor, "__apc_wrapped__", False):

@@ -254,13 +254,20 @@ def _unlocalized(node: torch.fx.Node, has_strategy: Callable[[torch.fx.Node], bo
     position_op = node.target in _position_ops()
     out = []
     for value in flat:
-        if not isinstance(value, torch.fx.Node) or isinstance(value.meta.get("val"), torch.Tensor):
+        if not isinstance(value, torch.fx.Node) or _holds_tensors(value):
             continue
         leaves = tuple((x, d) for x, d in _leaves(value) if has_strategy(x))
         if leaves:
             out.append(SizeCoupling(consumer=node, out_dim=0 if position_op else None, kind="global",
                                     expr=_text(value), leaves=leaves))
     return out
+
+
+def _holds_tensors(node: torch.fx.Node) -> bool:
+    """A tensor, or a tuple of them (a ``local_map`` region's outputs, read through ``getitem``):
+    data, not a size expression; size analysis neither couples nor walks through it."""
+    leaves = torch.utils._pytree.tree_flatten(node.meta.get("val"))[0]
+    return any(isinstance(v, torch.Tensor) for v in leaves)
 
 
 def _specialized(value: torch.fx.Node) -> bool:
@@ -307,7 +314,7 @@ def _leaves(value: Any) -> list[Leaf]:
             x, d = v.args
             val = x.meta.get("val")
             found.append((x, d % val.dim() if isinstance(val, torch.Tensor) and val.dim() else d))
-        elif not isinstance(v.meta.get("val"), torch.Tensor):
+        elif not _holds_tensors(v):
             for a in v.args:
                 val = a.meta.get("val") if isinstance(a, torch.fx.Node) else None
                 if isinstance(val, torch.Tensor):

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["contract", "verify"]
+__all__ = ["contract", "regions", "verify"]
 
 
 def contract(
@@ -74,6 +74,17 @@ def contract(
         else:
             outputs.append((f"output[{i}]", None))
     return inputs, outputs
+
+
+def regions(autop: Any) -> dict[str, tuple[tuple[Any, ...], tuple[Any, ...]]]:
+    """Every ``local_map`` region of ``autop``'s joint graph: its node's name -> the in and out
+    placements its user declared (the contract the region is read by)."""
+    out = {}
+    for node in autop.gm.graph.nodes:
+        kwargs = node.meta.get("local_map_kwargs") if node.op == "call_function" else None
+        if kwargs and "call_local_map" in str(node.target):
+            out[node.name] = (tuple(kwargs.get("in_placements") or ()), tuple(kwargs.get("out_placements") or ()))
+    return out
 
 
 def _with_meta(spec: Any, node: torch.fx.Node) -> Any:
@@ -135,4 +146,4 @@ def verify(
         record = getattr(autop, "_apc_apply_record", None)
         placement = record.placement if record is not None else None
     inputs, outputs = contract(autop, placement)
-    return verify_graph(gm, autop.mesh, inputs, outputs, table=table)
+    return verify_graph(gm, autop.mesh, inputs, outputs, table=table, regions=regions(autop))

@@ -18,6 +18,7 @@ KINDS = (
     "not_cosharded",
     "local_shape",
     "output_mismatch",
+    "region_input",  # a local_map region gets an input in placements its declaration does not take
 )
 
 

@@ -11,7 +11,8 @@ import math
 import operator
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -19,8 +20,8 @@ import torch.fx
 from torch.distributed.tensor.placement_types import Partial, Replicate, Shard
 from torch.utils._pytree import tree_flatten, tree_map
 
-from ..core._placements import fmt_spec
-from ..core._tags import TAG
+from ..core._placements import fmt_placements, fmt_spec
+from ..core._tags import REGION, TAG
 from ..errors import AuditError
 from ._collectives import _Collectives
 from ._decomposed import _Decomposed
@@ -50,6 +51,7 @@ from ._values import (
     _Mesh,
     _op_name,
     _MAX_READINGS,
+    _contiguous_stride,
     _reading_combos,
     _Readings,
     _returns_tensors,
@@ -83,12 +85,18 @@ def verify_graph(
     outputs: Sequence[tuple[str, DTensorSpec | None]],
     *,
     table: Table | None = None,
+    regions: Mapping[str, tuple[Sequence[Any], Sequence[Any]]] | None = None,
 ) -> VerifyReport:
-    """Verify ``gm`` given its interface: one spec per placeholder, one (name, spec) per output."""
+    """Verify ``gm`` given its interface: one spec per placeholder, one (name, spec) per output.
+
+    ``regions``: each ``local_map`` region (its joint node's name, which the apply step puts on
+    the ops of its body as ``meta["custom"]["apc_region"]``) with the in and out placements its
+    user declared. A region's body runs on local shards, so DTensor's rules do not describe it: it
+    is read by that declaration instead (:meth:`_Verifier._region_value`)."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     start = time.perf_counter()
-    v = _Verifier(gm, mesh, inputs, outputs, table)
+    v = _Verifier(gm, mesh, inputs, outputs, table, regions)
     # Candidate global shapes that do not fit make FakeTensor's meta kernels raise, which it logs
     # as errors with a traceback each: expected refusals here, not the user's business.
     fake_log = logging.getLogger("torch._subclasses.fake_tensor")
@@ -114,6 +122,13 @@ def verify_graph(
     return report
 
 
+@dataclass(frozen=True, slots=True)
+class _InRegion:
+    """A value inside a local_map region's body: proven by the region's declaration."""
+
+    region: str
+
+
 class _Verifier(_Collectives, _Views, _Decomposed, _Propagation):
     def __init__(
         self,
@@ -122,8 +137,10 @@ class _Verifier(_Collectives, _Views, _Decomposed, _Propagation):
         inputs: Sequence[DTensorSpec | None],
         outputs: Sequence[tuple[str, DTensorSpec | None]],
         table: Table | None,
+        regions: Mapping[str, tuple[Sequence[Any], Sequence[Any]]] | None = None,
     ) -> None:
         self.gm = gm
+        self.regions = dict(regions or {})
         self.mesh = mesh
         self.inputs = [_as_shard_order(s) for s in inputs]
         self.outputs = [(name, _as_shard_order(s)) for name, s in outputs]
@@ -169,7 +186,8 @@ class _Verifier(_Collectives, _Views, _Decomposed, _Propagation):
                 self._check_outputs(node)
                 continue
             try:
-                value = self._interpret_readings(node)
+                region = self._region(node)
+                value = self._interpret_readings(node) if region is None else self._region_value(node, region)
             except _Violation as v:
                 self.violations.append(
                     GraphViolation(kind=v.kind, node=node.name, op=_op_name(node), reason=v.reason,
@@ -187,6 +205,82 @@ class _Verifier(_Collectives, _Views, _Decomposed, _Propagation):
                 self._count(node, value)
             elif isinstance(value, _Unknown) and not value.reason.startswith("depends on unknown"):
                 self.unknown_reasons[node.name] = value.reason  # a non-tensor root cause (mesh, group, coordinate)
+
+    # -- local_map regions ------------------------------------------------------------------
+
+    def _region(self, node: torch.fx.Node) -> str | None:
+        region = (node.meta.get("custom") or {}).get(REGION)
+        return region if region in self.regions else None
+
+    def _region_value(self, node: torch.fx.Node, region: str) -> Any:
+        """An op of a local_map region's body, read by the region's declaration.
+
+        Inputs from outside every region must be in one of its declared in placements (else a
+        ``region_input`` violation: a wrong redistribution into it); inputs from a region
+        (activations a forward region saves for its backward) are the regions' own business. An op
+        whose value leaves the region (used outside every region, or returned) is the region's
+        output, in its declared out placements: the global shape is its local shape times the mesh
+        dims that shard it, one reading per declared output whose placements fit. Any other op of
+        the body is inside: proven by the declaration, not by DTensor's rules."""
+        ins, outs = self.regions[region]
+        for a in node.all_input_nodes:
+            if self._region_of_any(a) is not None or not _is_tensor(a):
+                continue
+            value = self.values.get(a)
+            if isinstance(value, _Unknown):
+                return _Unknown(f"depends on unknown {a.name}")
+            specs = [s for v in (self._readings(value) or (value,)) for s in self._input_specs(v)]
+            if not specs:
+                if isinstance(value, _Fill) or value is _SCALAR:
+                    continue  # no placement to hold to
+                return _Unknown(f"{a.name} enters local_map region {region} as {type(value).__name__}, not read")
+            declared = [tuple(p) for p in ins if p is not None]
+            if declared and not any(tuple(s.placements) in declared for s in specs):
+                raise _Violation(
+                    "region_input",
+                    f"{a.name} enters local_map region {region} as {fmt_spec(specs[0])}; the region declares "
+                    f"in placements {', '.join(fmt_placements(p) for p in declared)}",
+                    inferred=fmt_spec(specs[0]), expected=" or ".join(fmt_placements(p) for p in declared),
+                )
+        leaves = any(self._region_of_any(u) is None for u in node.users)
+        if not leaves or not _is_tensor(node):
+            return _InRegion(region)
+        local = _concrete(node.meta["val"].shape)
+        candidates = []
+        for placements in dict.fromkeys(tuple(p) for p in outs if p is not None):
+            spec = self._region_spec(node, placements, local)
+            if spec is not None and spec not in candidates:
+                candidates.append(spec)
+        if not candidates:
+            return _Unknown(f"no declared out placement of local_map region {region} fits its output {node.name}")
+        return candidates[0] if len(candidates) == 1 else _Readings(tuple(candidates))
+
+    def _input_specs(self, value: Any) -> list[Any]:
+        """The placements a value delivers to an op that takes it as it is."""
+        if isinstance(value, _Gathered):
+            return [value.spec]
+        return self._reading_specs(value)
+
+    def _region_of_any(self, node: torch.fx.Node) -> str | None:
+        """The region a node runs in, for any region tag (known to this verify or not)."""
+        return (node.meta.get("custom") or {}).get(REGION)
+
+    def _region_spec(self, node: torch.fx.Node, placements: tuple[Any, ...], local: tuple[int, ...]) -> Any:
+        from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+
+        if len(placements) != len(self.sizes) or any(s < 0 for s in local):
+            return None
+        shape = list(local)
+        for m, p in enumerate(placements):
+            if isinstance(p, Partial):
+                continue
+            if isinstance(p, Shard):
+                if p.dim >= len(shape):
+                    return None
+                shape[p.dim] *= self.sizes[m]
+        size = torch.Size(shape)
+        return DTensorSpec(self.mesh, tuple(placements),
+                           tensor_meta=TensorMeta(size, _contiguous_stride(size), node.meta["val"].dtype))
 
     def _readings(self, value: Any) -> tuple[Any, ...]:
         """The readings of an input that has several (none for an input that has one): a
@@ -258,6 +352,9 @@ class _Verifier(_Collectives, _Views, _Decomposed, _Propagation):
 
     def _count(self, node: torch.fx.Node, value: Any) -> None:
         op = _op_name(node)
+        if isinstance(value, _InRegion):
+            self.proven[f"local_map {value.region}"] += 1
+            return
         leaves = value if isinstance(value, (tuple, list)) else (value,)
         if any(isinstance(v, _Unknown) for v in leaves):
             self.unknown[op] += 1
