@@ -14,6 +14,9 @@ groundtruth  every row checked against numerics on simulated ranks (``--full`` f
 distributed-seed  one forward+backward step of the seed block on real ranks (under ``torchrun``).
 mutate  proof by mutation: correct parallel graphs broken one thing at a time, each run under
        LocalTensorMode and given to the verifier; a table of caught / MISS / fine / flagged.
+show   the plan page: autoparallel's own viewer of a run (``json.dump(apc.export(autop), f)``) with
+       what the plugin did on top (inserted redistributions and their costs, flags, changed
+       strategies); two runs: the diff; ``--example 348|517|llama3`` builds a known run here.
 zoo    tiny transformers causal LMs (llama, mistral, qwen2, gpt2, gpt_neox, phi, gemma, opt, bloom,
        mixtral) through the default call on 2x2 and 2x4, dynamic and static: audit, numerics, one table.
 """
@@ -32,6 +35,7 @@ from .lab._coverage import add_subcommands as add_coverage_subcommands
 from .lab._demo import add_demo_subcommand
 from .lab._groundtruth import add_subcommand as add_groundtruth_subcommand
 from .lab._mutate import add_subcommand as add_mutate_subcommand
+from .lab._show import add_show_subcommand
 from .lab._zoo import add_zoo_subcommand
 from .testing.distributed_seed import add_subcommand as add_distributed_seed_subcommand
 
@@ -50,6 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_distributed_seed_subcommand(sub)
     add_mutate_subcommand(sub)
     add_zoo_subcommand(sub)
+    add_show_subcommand(sub)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
