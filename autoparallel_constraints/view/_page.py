@@ -76,6 +76,9 @@ _SCRIPT = """<script>
 """
 
 
+_OPEN_ROWS = 12  # a longer table starts folded (the rows are in the page all the same)
+
+
 def _e(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
@@ -135,10 +138,12 @@ def _redistribute_table(redistributes: Sequence[dict[str, Any]], table_id: str, 
         f'<td><code>{_e(r.get("parallel_node") or "-")}</code></td></tr>'
         for r in redistributes
     )
+    opened = " open" if len(redistributes) <= _OPEN_ROWS else ""
     return (
         f"<h3>{_e(title)}: {len(redistributes)}, cost {_cost(total)}</h3>"
+        f"<details{opened}><summary>{len(redistributes)} rows</summary>"
         f'<table id="{table_id}"><tr><th>in front of</th><th>argument</th><th>placements</th><th>cost</th>'
-        f"<th>kind</th><th>node in the parallel graph</th></tr>{rows}</table>"
+        f"<th>kind</th><th>node in the parallel graph</th></tr>{rows}</table></details>"
     )
 
 
