@@ -49,8 +49,13 @@ PIN_SOURCE_FINGERPRINT = "b2f6ced7d2ada0a20aea825d4789a0d2b64466774838714278c80e
 #: apart (torch's build comes from the user's index; autoparallel is not on PyPI).
 FROZEN: tuple[str, ...] = (
     "torch", "pulp", "highspy", "numpy", "transformers", "huggingface-hub", "tokenizers", "safetensors",
-    "hypothesis", "matplotlib", "pytest", "pytest-xdist",
+    "hypothesis", "matplotlib", "pytest", "pytest-xdist", *("mkdocs", "mkdocs-material", "mkdocstrings",
+    "mkdocstrings-python", "griffelib"),
 )
+
+#: The docs site's packages (the ``docs`` extra): pinned with the rest, but only the docs site and
+#: its full-tier test need them, so one not installed is reported and not counted as missing.
+DOCS_PACKAGES: frozenset[str] = frozenset({"mkdocs", "mkdocs-material", "mkdocstrings", "mkdocstrings-python", "griffelib"})
 
 #: The pip line that installs the pinned autoparallel (the second line of the install hint).
 _AUTOPARALLEL_FIX = INSTALL_HINT.splitlines()[1].strip()
@@ -66,7 +71,8 @@ _FIX = {
 
 @dataclass(frozen=True, slots=True)
 class Check:
-    """One line of the report: ``status`` is ``tested``, ``untested`` or ``missing``."""
+    """One line of the report: ``status`` is ``tested``, ``untested``, ``missing`` or ``not installed``
+    (a docs-site package, :data:`DOCS_PACKAGES`)."""
 
     name: str
     installed: str | None
@@ -202,7 +208,9 @@ def checks(constraints: dict[str, str] | None = None) -> list[Check]:
             continue
         version = installed_version(name)
         fix = _FIX.get(name, "pip install '{name}=={version}'").format(name=name, version=tested)
-        if version is None:
+        if version is None and name in DOCS_PACKAGES:
+            out.append(Check(name, None, tested, "not installed", "pip install -e '.[docs]' (only the docs site needs it)"))
+        elif version is None:
             out.append(Check(name, None, tested, "missing", fix))
         elif _public(version) == tested:
             out.append(Check(name, version, tested, "tested"))

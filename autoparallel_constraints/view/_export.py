@@ -38,8 +38,8 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["SCHEMA", "compare_to", "export", "load_export", "plan_choices", "strategy_key"]
 
-#: The schema's name and version, in ``data["apc"]["schema"]``.
 SCHEMA = "autoparallel_constraints.export/1"
+"""The export's schema name and version, in ``data["apc"]["schema"]`` (docs/plan_page.md)."""
 
 
 def strategy_key(spec: Any) -> str:
