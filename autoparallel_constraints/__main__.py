@@ -41,10 +41,24 @@ from .testing.distributed_seed import add_subcommand as add_distributed_seed_sub
 
 logger = logging.getLogger("autoparallel_constraints.cli")
 
+#: Loggers whose warnings are autoparallel's and torch's working notes, not the command's story
+#: (e.g. "implicitly registering `aten...` with `replicate_op_strategy`" once per op, the CPU
+#: all_to_all fallback): shown only with ``--verbose``.
+UPSTREAM_LOGGERS = ("autoparallel", "torch.distributed.tensor._collective_utils")
+
+
+def configure_logging(verbose: bool) -> None:
+    """The command line's logging: warnings of this package; upstream's working notes only when verbose."""
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    for name in UPSTREAM_LOGGERS:
+        logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.ERROR)
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m autoparallel_constraints", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="log at INFO, autoparallel's and torch's warnings included")
     sub = parser.add_subparsers(dest="command", required=True)
     add_doctor_subcommand(sub)
     add_demo_subcommand(sub)
@@ -56,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_zoo_subcommand(sub)
     add_show_subcommand(sub)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging(args.verbose)
     try:
         return int(args.func(args))
     except ConstraintsError as exc:  # the package's errors say what to fix: no traceback

@@ -211,3 +211,17 @@ def test_chromium_renders_the_517_diff_with_the_materialized_edges_and_alones_fl
     shot = ARTIFACTS / "diff_517.png"
     _browser(page, f"--screenshot={shot}", "--window-size=1400,1400")
     assert shot.stat().st_size > 10_000
+
+
+def test_show_example_prints_the_story_not_upstreams_logger(tmp_path):
+    """``show --example 348`` as a user runs it: its own lines only (no autoparallel "implicitly
+    registering" warnings, no torch all_to_all fallback note), and both runs written as JSON."""
+    out = tmp_path / "plan.html"
+    proc = subprocess.run([sys.executable, "-m", "autoparallel_constraints", "show", "--example", "348", "-o", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout + proc.stderr
+    assert "implicitly registering" not in text and "alltoall" not in text, text
+    assert all(line.startswith(("wrote ", "show: ")) for line in text.splitlines() if line.strip()), text
+    assert load_export(tmp_path / "plan.alone.json")["apc"]["flags"] and out.stat().st_size > 50_000
