@@ -85,7 +85,8 @@ class Violation:
         """One line: the kind, the node, the op and the first reason (the rest is in ``str()``)."""
         more = len(self.reasons) - 1 + len(self.args)
         first = f": {self.reasons[0]}" if self.reasons else ""
-        return f"{self.kind.upper().replace('_', ' ')}: {self.node} ({self.op}){first}" + (f" [+{more} lines]" if more > 0 else "")
+        tail = f" [+{more} lines]" if more > 0 else ""
+        return f"{self.kind.upper().replace('_', ' ')}: {self.node} ({self.op}){first}{tail}"
 
     def __str__(self) -> str:
         head = f"{self.kind.upper().replace('_', ' ')}: {self.node} ({self.op})"

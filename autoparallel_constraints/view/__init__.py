@@ -6,4 +6,6 @@ plugin's marks (:func:`export`), and the page drawn from it with autoparallel's 
 from ._export import SCHEMA, compare_to, export, load_export, plan_choices, strategy_key
 from ._page import render_diff, render_page
 
-__all__ = ["SCHEMA", "compare_to", "export", "load_export", "plan_choices", "render_diff", "render_page", "strategy_key"]
+__all__ = [
+    "SCHEMA", "compare_to", "export", "load_export", "plan_choices", "render_diff", "render_page", "strategy_key",
+]

@@ -179,7 +179,9 @@ def _rules(autop: Any, placement: Mapping[Any, Any]) -> dict[str, dict[str, str]
     return out
 
 
-def export(autop: Any, *, alone: Any = None, label: str | None = None, report: AuditReport | None = None) -> dict[str, Any]:
+def export(
+    autop: Any, *, alone: Any = None, label: str | None = None, report: AuditReport | None = None
+) -> dict[str, Any]:
     """The plan of ``autop`` in autoparallel's JSON export, with the plugin's marks (module docstring).
 
     Call it after ``optimize_placement()``; after ``apply_placement`` (or autoparallel's common

@@ -48,7 +48,7 @@ _STYLE = """<style>
   font-weight: 700; color: #fff; }
 .apc-badge-redistribute { background: #7C3AED; } .apc-badge-flag { background: #DC2626; }
 .apc-badge-changed { background: #D97706; }
-tr.apc-marked td { box-shadow: inset 3px 0 0 #7C3AED; }
+tr.apc-marked td:first-child { box-shadow: inset 3px 0 0 #7C3AED; }
 </style>
 """
 
@@ -121,7 +121,8 @@ def _verdicts(apc: dict[str, Any]) -> str:
             parts.append(f'<span data-apc-{key}="not applied">{key}: not applied</span>')
         else:
             cls = "apc-ok" if v["ok"] else "apc-bad"
-            parts.append(f'<span data-apc-{key}="{_e(v["verdict"])}">{key}: <b class="{cls}">{_e(v["verdict"])}</b></span>')
+            verdict = _e(v["verdict"])
+            parts.append(f'<span data-apc-{key}="{verdict}">{key}: <b class="{cls}">{verdict}</b></span>')
     if apc.get("objective") is not None:
         parts.append(f"<span>objective {apc['objective']:.3f}</span>")
     return '<div class="apc-verdicts">' + "".join(parts) + "</div>"
@@ -152,7 +153,8 @@ def _flag_table(flags: Sequence[dict[str, Any]], table_id: str, title: str) -> s
         return f'<h3>{_e(title)}</h3><div class="apc-none" id="{table_id}">none</div>'
     rows = "".join(
         f'<tr data-apc-node="{_e(f.get("node") or "-")}" data-apc-kind="{_e(f["kind"])}">'
-        f'<td>{_e(f["source"])}</td><td class="apc-bad">{_e(f["kind"])}</td><td><code>{_e(f.get("node") or "-")}</code></td>'
+        f'<td>{_e(f["source"])}</td><td class="apc-bad">{_e(f["kind"])}</td>'
+        f'<td><code>{_e(f.get("node") or "-")}</code></td>'
         f'<td><details><summary>{_e(f["summary"])}</summary><pre>{_e(chr(10).join(f.get("evidence", [])))}</pre>'
         "</details></td></tr>"
         for f in flags
@@ -190,11 +192,13 @@ def _marks(data: dict[str, Any]) -> dict[str, list[dict[str, str]]]:
         })
     for f in apc.get("flags", []):
         if f.get("node"):
-            out.setdefault(f["node"], []).append({"kind": "flag", "text": f"{f['source']}: {f['kind']}", "title": f["summary"]})
+            badge = {"kind": "flag", "text": f"{f['source']}: {f['kind']}", "title": f["summary"]}
+            out.setdefault(f["node"], []).append(badge)
     for n in data["nodes"]:
         mark = n.get("apc") or {}
         if mark.get("changed"):
-            out.setdefault(n["name"], []).append({"kind": "changed", "text": "changed", "title": f"alone: {mark['alone']}"})
+            badge = {"kind": "changed", "text": "changed", "title": f"alone: {mark['alone']}"}
+            out.setdefault(n["name"], []).append(badge)
     return out
 
 
@@ -259,8 +263,8 @@ def render_diff(before: dict[str, Any], after: dict[str, Any]) -> str:
     summary_rows = "".join(
         f"<tr><td>{_e(what)}</td><td>{x}</td><td>{y}</td></tr>"
         for what, x, y in (
-            ("audit", _e((a.get("audit") or {}).get("verdict", "not applied")), _e((b.get("audit") or {}).get("verdict", "not applied"))),
-            ("verify", _e((a.get("verify") or {}).get("verdict", "not applied")), _e((b.get("verify") or {}).get("verdict", "not applied"))),
+            ("audit", _verdict(a, "audit"), _verdict(b, "audit")),
+            ("verify", _verdict(a, "verify"), _verdict(b, "verify")),
             ("objective", _num(a.get("objective")), _num(b.get("objective"))),
             ("autoparallel's comm cost", _cost(before["summary"]["comm"]), _cost(after["summary"]["comm"])),
             ("redistributions (cost)", f"{len(a.get('redistributes', []))} ({_cost(a.get('redistribute_cost', 0.0))})",
@@ -284,6 +288,10 @@ def render_diff(before: dict[str, Any], after: dict[str, Any]) -> str:
     for name, *_ in changed:
         marks.setdefault(name, []).append({"kind": "changed", "text": f"changed vs {la}", "title": f"{la}: {sa[name]}"})
     return _inject(_upstream_page(after), panel, marks)
+
+
+def _verdict(apc: dict[str, Any], key: str) -> str:
+    return _e((apc.get(key) or {}).get("verdict", "not applied"))
 
 
 def _num(value: float | None) -> str:
