@@ -53,6 +53,7 @@ from .errors import (  # noqa: E402
 from .formulations import FORMULATIONS, Formulation, register_formulation  # noqa: E402
 from .plan._build_memo import use_build_memo  # noqa: E402
 from .plan._build_size import set_build_budget  # noqa: E402
+from .plan._enable import disable, enable, enable_from_env, enabled, enabled_options  # noqa: E402
 from .plan._cache_guard import install as _install_cache_guard  # noqa: E402
 from .plan._plugin import NoMatchingNodesWarning, add_op_constraints  # noqa: E402
 from .plan._plugin import install as _install_plugin  # noqa: E402
@@ -111,6 +112,11 @@ __all__ = [
     "audit",
     "constraint_report",
     "default_table",
+    "disable",
+    "enable",
+    "enable_from_env",
+    "enabled",
+    "enabled_options",
     "export",
     "register_formulation",
     "register_rule",

@@ -61,7 +61,8 @@ def mesh(make_mesh):
 
 @pytest.mark.parametrize(
     ("formulation", "rule_constraint", "solver"),
-    [("strict", "strict.forbid_", "cbc"), ("lazy", "lazy.cut_000", "highs")],
+    [("strict", "strict.forbid_", "cbc"), ("strict", "strict.forbid_", "highs-lp"), ("strict", "strict.forbid_", "highs"),
+     ("lazy", "lazy.cut_000", "highs")],
 )
 def test_conflict_names_the_rule_and_the_pins(mesh, formulation, rule_constraint, solver):
     """strict with CBC (forbidden up front) and lazy with HiGHS (cut after round 0): the error names
@@ -115,3 +116,16 @@ def test_explicit_repairs_instead(mesh):
     assert report.ok, report
     (red,) = report.redistributes
     assert red.node == "index_put" and red.arg == "values" and red.constraint.startswith("explicit.redistribute_")
+
+
+def test_advice_fits_the_call_that_was_made():
+    """The fix names formulations other than the one in use, and for size couplings (hard in every
+    formulation) says sizes=False instead of a formulation that would not help."""
+    from autoparallel_constraints.plan._explain import _give_way
+
+    explicit = _give_way("explicit", ["explicit.redistribute_000"])
+    assert "formulation='explicit'" not in explicit and "formulation='soft'" in explicit
+    strict = _give_way("strict", ["strict.forbid_003"])
+    assert "formulation='explicit'" in strict and "formulation='soft'" in strict
+    sizes = _give_way("explicit", ["size.global_001"])
+    assert "sizes=False" in sizes and "formulation=" not in sizes

@@ -70,7 +70,7 @@ STAGES: list[tuple[str, ...]] = [
     ("harness",),  # CPU meshes, fake ranks, numerics under LocalTensorMode
     ("lab",),  # compare, demo, zoo, coverage, ground truth, mutation: the command-line tools
     ("testing",),  # the public test kit: harness, mutation, conformance, pytest fixtures
-    ("__main__",),
+    ("__main__", "torchtitan"),  # the command line; the module torchtitan's --module loader imports
 ]
 
 

@@ -265,3 +265,40 @@ def test_uneven_nested_shard_flattening_is_detected() -> None:
     assert not report.ok
     assert {"output[0]", "grad:bias"} <= {c.name for c in report.failures}, str(report)
     assert report.check("grad:weight").ok and report.check("grad:input[0]").ok
+
+
+def _bf16_policy():
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, cast_forward_inputs=False)
+
+
+def test_mixed_precision_is_judged_against_one_device_at_the_same_precision() -> None:
+    """``mp_policy``: one device runs bfloat16 parameters too, and every floating output and
+    gradient is judged by the float64 yardstick (a float32 tolerance would fail them all: their
+    error is bfloat16's)."""
+    report = run_numerics(MLP, lambda: torch.randn(8, 16, dtype=torch.bfloat16), (2, 2), mp_policy=_bf16_policy())
+    assert report.ok, str(report)
+    assert {c.name for c in report.checks} == {"output[0]", "grad:fc1.weight", "grad:fc2.weight"}
+    assert all(c.yardstick is not None and c.yardstick <= 4.0 for c in report.checks), str(report)
+    assert all("same-precision" in c.note for c in report.checks)
+
+
+@pytest.mark.parametrize(("primal", "fails"), [("param:fc1.weight", "output[0]"), ("tangent[0]", "grad:fc2.weight")])
+def test_mixed_precision_still_catches_a_corrupted_shard(primal: str, fails: str) -> None:
+    """The yardstick is not a bfloat16-wide tolerance: 1.0 added to one rank's shard fails."""
+    report = run_numerics(
+        MLP, lambda: torch.randn(8, 16, dtype=torch.bfloat16), (2, 2), mp_policy=_bf16_policy(),
+        perturb=ShardPerturbation(primal=primal, rank=1, delta=1.0),
+    )
+    assert not report.ok
+    failed = report.check(fails)
+    assert not failed.ok and failed.yardstick is not None and failed.yardstick > 4.0, str(report)
+
+
+def test_mixed_precision_refuses_tolerances_and_a_foreign_class() -> None:
+    """atol/rtol mean nothing to a yardstick verdict, and autoparallel_cls must be an AutoParallel."""
+    with pytest.raises(InvalidOptionError, match="yardstick"):
+        run_numerics(MLP, lambda: torch.randn(8, 16), (2,), mp_policy=_bf16_policy(), atol=1e-3)
+    with pytest.raises(InvalidOptionError, match="autoparallel_cls"):
+        run_numerics(MLP, lambda: torch.randn(8, 16), (2,), autoparallel_cls=nn.Module)

@@ -640,12 +640,12 @@ def test_inputs_read_the_same_way_are_tried_first():
     batch = (Shard(0), Shard(0))
     a = [r(Shard(2), Shard(2)), r(*batch)]
     b = [r(Partial(), Partial()), r(Shard(2), Shard(2)), r(Shard(1), Shard(1)), r(*batch)]
-    c = list(b)
-    combos, total = _reading_combos([a, b, c])
-    assert total == 32 and len(combos) == _MAX_READINGS
-    # one way of reading all three first (plainest first: S(2) before the batch), then mixed ones
-    assert [v.placements for v in combos[0]] == [(Shard(2), Shard(2))] * 3
-    assert [v.placements for v in combos[1]] == [batch] * 3
+    c, d = list(b), list(b)  # 2 x 4 x 4 x 4 = 128 combinations, more than are tried
+    combos, total = _reading_combos([a, b, c, d])
+    assert total == 128 and len(combos) == _MAX_READINGS < total
+    # one way of reading all four first (plainest first: S(2) before the batch), then mixed ones
+    assert [v.placements for v in combos[0]] == [(Shard(2), Shard(2))] * 4
+    assert [v.placements for v in combos[1]] == [batch] * 4
     one = [r(Shard(0))] * 1
     assert _reading_combos([one, one]) == ([(one[0], one[0])], 1)
 

@@ -47,15 +47,21 @@ PIN_SOURCE_FINGERPRINT = "b2f6ced7d2ada0a20aea825d4789a0d2b64466774838714278c80e
 #: What ``--write-constraints`` pins: every package the library or its tests import, and the
 #: transformers stack whose internals the model tests rest on. torch and autoparallel are checked
 #: apart (torch's build comes from the user's index; autoparallel is not on PyPI).
-FROZEN: tuple[str, ...] = (
-    "torch", "pulp", "highspy", "numpy", "transformers", "huggingface-hub", "tokenizers", "safetensors",
-    "hypothesis", "matplotlib", "pytest", "pytest-xdist", *("mkdocs", "mkdocs-material", "mkdocstrings",
-    "mkdocstrings-python", "griffelib"),
+#: The torchtitan extra (``.[torchtitan]``) and what torchtitan pulls in: pinned like the rest, but
+#: only the torchtitan cases need them, so an install without them is reported, not failed.
+OPTIONAL_TORCHTITAN: tuple[str, ...] = (
+    "torchtitan", "torch-checkpointing", "triton", "torchdata", "spmd-types", "tyro", "tensorboard",
+    "datasets", "wandb", "einops",
 )
 
-#: The docs site's packages (the ``docs`` extra): pinned with the rest, but only the docs site and
-#: its full-tier test need them, so one not installed is reported and not counted as missing.
-DOCS_PACKAGES: frozenset[str] = frozenset({"mkdocs", "mkdocs-material", "mkdocstrings", "mkdocstrings-python", "griffelib"})
+#: The docs site's packages (the ``docs`` extra): pinned like the rest, but only the docs site and
+#: its full-tier test need them, so an install without them is reported, not failed.
+OPTIONAL_DOCS: tuple[str, ...] = ("mkdocs", "mkdocs-material", "mkdocstrings", "mkdocstrings-python", "griffelib")
+
+FROZEN: tuple[str, ...] = (
+    "torch", "pulp", "highspy", "numpy", "transformers", "huggingface-hub", "tokenizers", "safetensors",
+    "hypothesis", "matplotlib", "pytest", "pytest-xdist", *OPTIONAL_TORCHTITAN, *OPTIONAL_DOCS,
+)
 
 #: The pip line that installs the pinned autoparallel (the second line of the install hint).
 _AUTOPARALLEL_FIX = INSTALL_HINT.splitlines()[1].strip()
@@ -71,8 +77,8 @@ _FIX = {
 
 @dataclass(frozen=True, slots=True)
 class Check:
-    """One line of the report: ``status`` is ``tested``, ``untested``, ``missing`` or ``not installed``
-    (a docs-site package, :data:`DOCS_PACKAGES`)."""
+    """One line of the report: ``status`` is ``tested``, ``untested``, ``missing`` or ``optional``
+    (a package of the torchtitan or the docs extra that is not installed)."""
 
     name: str
     installed: str | None
@@ -208,8 +214,12 @@ def checks(constraints: dict[str, str] | None = None) -> list[Check]:
             continue
         version = installed_version(name)
         fix = _FIX.get(name, "pip install '{name}=={version}'").format(name=name, version=tested)
-        if version is None and name in DOCS_PACKAGES:
-            out.append(Check(name, None, tested, "not installed", "pip install -e '.[docs]' (only the docs site needs it)"))
+        if version is None and name in OPTIONAL_TORCHTITAN:
+            out.append(Check(name, None, tested, "optional",
+                             "only the torchtitan cases need it: pip install -c "
+                             "autoparallel_constraints/constraints.txt -e '.[torchtitan]'"))
+        elif version is None and name in OPTIONAL_DOCS:
+            out.append(Check(name, None, tested, "optional", "only the docs site needs it: pip install -e '.[docs]'"))
         elif version is None:
             out.append(Check(name, None, tested, "missing", fix))
         elif _public(version) == tested:

@@ -58,6 +58,7 @@ from ._yardstick import against_float64
 
 if TYPE_CHECKING:
     from autoparallel.api import AutoParallel
+    from torch.distributed.fsdp import MixedPrecisionPolicy
 
 
 logger = logging.getLogger(__name__)
@@ -160,12 +161,20 @@ def build_reference(
     *,
     seed: int = 0,
     input_requires_grad: bool = False,
+    mp_policy: MixedPrecisionPolicy | None = None,
 ) -> Reference:
     """Build the model and the inputs from ``seed`` on CPU and run forward and backward once.
 
     ``torch.manual_seed(seed)``, then ``model_fn()``, then ``input_fn()``. With
     ``input_requires_grad`` the floating inputs require grad. Every floating output gets a
     gradient drawn from a generator seeded with ``seed + 1``.
+
+    With ``mp_policy`` one device runs the precision autoparallel runs: every parameter cast to
+    ``param_dtype`` where forward reads it (autoparallel's ``dtype_cast``; the cast's backward
+    brings each gradient back to the parameter's dtype), inputs as given (autoparallel does not
+    cast them, whatever ``cast_forward_inputs`` says). ``reduce_dtype`` is the parameters' own
+    dtype in every policy this is used with (float32): the reference does not round gradients to
+    another one.
     """
     torch.manual_seed(seed)
     model = model_fn()
@@ -173,7 +182,12 @@ def build_reference(
         t.detach().clone().requires_grad_(input_requires_grad and t.is_floating_point())
         for t in _as_tuple(input_fn())
     )
-    out = model(*inputs)
+    param_dtype = None if mp_policy is None else mp_policy.param_dtype
+    if param_dtype is None:
+        out = model(*inputs)
+    else:
+        cast = {n: p.to(param_dtype) for n, p in model.named_parameters()}
+        out = torch.func.functional_call(model, cast, inputs, tie_weights=True)
     leaves = [t for t in pytree.tree_leaves(out) if isinstance(t, Tensor)]
     generator = torch.Generator().manual_seed(seed + 1)
     grad_outputs = tuple(
@@ -363,6 +377,8 @@ def run_numerics(
     all_to_all_per_rank: bool = True,
     after_apply: Callable[[AutoParallel], None] | None = None,
     float64_yardstick: bool = False,
+    mp_policy: MixedPrecisionPolicy | None = None,
+    autoparallel_cls: type[AutoParallel] | None = None,
 ) -> NumericsReport:
     """Solve, apply and run an autoparallel plan on CPU; compare the outputs and all gradients.
 
@@ -384,14 +400,33 @@ def run_numerics(
     passes when the plan's error there is within a small factor of one device's float32 error
     (rounding of a sum that cancels, see :mod:`~._yardstick`); a wrong plan still fails.
 
+    ``mp_policy`` (e.g. bfloat16 params, float32 reduce) is given to ``AutoParallel`` and one
+    device runs the same precision (:func:`build_reference`). Then every floating output and
+    gradient is judged by the float64 yardstick, not by a dtype tolerance: its error against the
+    model run in float64 on one device within ``YARDSTICK_FACTOR`` times one device's own
+    mixed-precision error (:func:`~._yardstick.against_float64` with ``every=True``).
+    ``autoparallel_cls`` builds with a subclass of ``AutoParallel`` (torchtitan's
+    ``AutoParallelGraph``); the parallel graph is built by the apply step every subclass shares.
+
     Failures on the parallel side (constraints, solver, apply, running the graph) come back in
     ``NumericsReport.error``; errors in the reference model or in the arguments raise.
     """
     from autoparallel.api import AutoParallel
 
+    cls = AutoParallel if autoparallel_cls is None else autoparallel_cls
+    if not (isinstance(cls, type) and issubclass(cls, AutoParallel)):
+        raise InvalidOptionError(f"autoparallel_cls must be AutoParallel or a subclass of it, got {cls!r}")
+    mp = mp_policy is not None and mp_policy.param_dtype is not None
+    if mp and (atol is not None or rtol is not None):
+        raise InvalidOptionError(
+            "atol/rtol with mp_policy: a mixed-precision run is judged by the float64 yardstick, not by "
+            "tolerances; drop atol/rtol (or mp_policy)"
+        )
     mesh_shape = tuple(int(s) for s in mesh_shape)
     ndim = len(mesh_shape)
-    reference = build_reference(model_fn, input_fn, seed=seed, input_requires_grad=input_requires_grad)
+    reference = build_reference(
+        model_fn, input_fn, seed=seed, input_requires_grad=input_requires_grad, mp_policy=mp_policy
+    )
     if input_placements is None:
         input_placements = [_default_placements(ndim)] * len(reference.inputs)
     if output_placements is None:
@@ -417,7 +452,7 @@ def run_numerics(
     collectives: dict[str, int] = {}
     try:
         with device_name():
-            with AutoParallel(meta_model, traced_inputs, mesh, dynamic=True) as autop:
+            with cls(meta_model, traced_inputs, mesh, mp_policy=mp_policy, dynamic=True) as autop:
                 stage = "constraints"
                 autop.add_input_constraints(list(input_placements))
                 autop.add_output_constraints(list(output_placements))
@@ -440,7 +475,10 @@ def run_numerics(
         )
         stage = "compare"
         checks = compare(reference, run, atol=atol, rtol=rtol)
-        if float64_yardstick and atol is None and rtol is None:
+        if mp:
+            stage = "float64 yardstick"
+            checks = list(against_float64(checks, reference, run, every=True))
+        elif float64_yardstick and atol is None and rtol is None:
             stage = "float64 yardstick"
             checks = list(against_float64(checks, reference, run))
     except ConstraintsError as exc:  # the caller's mistake (bad option, pin conflict), not a wrong plan

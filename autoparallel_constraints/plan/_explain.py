@@ -193,10 +193,32 @@ def explain_infeasible(opt: ShardingOptimizer, state: PluginState) -> Infeasible
             f"remove or change {_pin_list(culprits)} "
             f"(autop.sharding_optimizer.remove_constraints([...])), or "
         )
-    fix += (
-        "let the rule give way: formulation='explicit' repairs it with a named redistribution, "
-        "formulation='soft' keeps the plan and reports it."
-    )
+    fix += _give_way(form, d.table_gave)
     lines.append(fix)
     return InfeasibleConstraintsError("\n".join(lines))
+
+
+#: What each formulation does with a co-sharding rule that cannot hold, for the advice.
+_GIVES_WAY = {
+    "explicit": "formulation='explicit' repairs it with a named redistribution",
+    "soft": "formulation='soft' keeps the plan and reports it",
+}
+
+
+def _give_way(form: str, gave: Iterable[str]) -> str:
+    """The advice for the rules that had to give way, fitted to the call that was made: size
+    couplings are hard in every formulation, and the formulation in use is not advised again."""
+    gave = tuple(gave)
+    advice = []
+    if any(n.startswith("size.") for n in gave):
+        advice.append(
+            "the size couplings are hard in every formulation: where a region autoparallel does not see "
+            "into sets those sizes (a local_map), add_op_constraints(sizes=False) leaves them out and the "
+            "verifier still checks the applied graph"
+        )
+    if any(not n.startswith("size.") for n in gave):
+        others = [text for name, text in _GIVES_WAY.items() if name != form]
+        if others:
+            advice.append("let the rule give way: " + ", ".join(others))
+    return "; ".join(advice) + "." if advice else "relax the constraints named above."
 

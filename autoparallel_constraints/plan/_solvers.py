@@ -685,6 +685,14 @@ class SolverHook:
         outcome = self.solve_problem(prob, msg=bool(getattr(solver, "msg", False)))
         if self.config.name in HIGHS_ROUTES and outcome.feasible:
             self._round_binaries()
+        elif self.config.name in HIGHS_ROUTES:
+            # HiGHS leaves no point behind an infeasible model, and autoparallel's
+            # violated-constraints log reads one (abs(None): a TypeError inside autoparallel
+            # instead of its infeasibility error, which the plugin explains); CBC leaves its last
+            # point, this the origin
+            for var in prob.variables():
+                if var.varValue is None:
+                    var.varValue = 0.0
         if outcome.hit_time_limit:
             if not outcome.feasible:
                 raise SolverTimeLimitError(

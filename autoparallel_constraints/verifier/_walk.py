@@ -49,6 +49,7 @@ from ._values import (
     _is_tensor,
     _Mesh,
     _op_name,
+    _MAX_READINGS,
     _reading_combos,
     _Readings,
     _returns_tensors,
@@ -137,6 +138,9 @@ class _Verifier(_Collectives, _Views, _Decomposed, _Propagation):
         self.outputs_checked = 0
         self.unproven: list[str] = []  # outputs whose placement could not be derived
         self.table_notes: list[str] = []  # table rows stricter than DTensor on a proven op
+        # nodes whose readings come from a search cut at _MAX_READINGS combinations (theirs or an
+        # input's): the reading the plan meant may be missing, so a mismatch there is unproven
+        self.partial: set[torch.fx.Node] = set()
         self.sizes = tuple(int(s) for s in mesh.shape)
         self.coordinate = tuple(int(c) for c in (mesh.get_coordinate() or [0] * mesh.ndim))
         self.groups = _group_names(mesh)
@@ -177,6 +181,8 @@ class _Verifier(_Collectives, _Views, _Decomposed, _Propagation):
             except Exception as exc:  # noqa: BLE001 - an op we cannot interpret is an unknown, with why
                 value = _Unknown(f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}" if str(exc) else type(exc).__name__)
             self.values[node] = value
+            if any(a in self.partial for a in node.all_input_nodes):
+                self.partial.add(node)
             if _is_tensor(node) or isinstance(value, (tuple, list)):
                 self._count(node, value)
             elif isinstance(value, _Unknown) and not value.reason.startswith("depends on unknown"):
@@ -188,7 +194,15 @@ class _Verifier(_Collectives, _Views, _Decomposed, _Propagation):
         explain as this rank's shard (rank 0's coordinates on a square mesh are all 0): the chunk
         itself, for a cat or a reduce_scatter to reassemble, or the shard of each such mesh dim."""
         if isinstance(value, _Readings):
-            return value.values
+            # a chunk among them stands for its rank slices too, as a lone chunk does below: a
+            # chunk of a chunk (RS(0) -> S(0)S(0) gathers, then chunks for dp, then for tp) is
+            # read only through them
+            expanded: list[Any] = []
+            for v in value.values:
+                for w in self._readings(v) or (v,):
+                    if w not in expanded:
+                        expanded.append(w)
+            return tuple(expanded)
         if isinstance(value, _Chunks) and value.piece is not None:
             dims = self._slice_dims(value)
             if len(dims) > 1:
@@ -231,6 +245,8 @@ class _Verifier(_Collectives, _Views, _Decomposed, _Propagation):
                 raise _Unknowable(f"none of the first {len(combos)} of {total} combinations of its inputs' "
                                   f"readings interpreted (the first refusal: {refusal})")
             raise refusal if refusal is not None else _Unknowable("no reading of the inputs interpreted")
+        if total > len(combos):
+            self.partial.add(node)
         if len(accepted) == 1:
             return accepted[0]
         if all(isinstance(v, (tuple, list)) for v in accepted):
@@ -443,7 +459,11 @@ class _Verifier(_Collectives, _Views, _Decomposed, _Propagation):
                 continue
             readings = self._readings(value)
             if readings:  # the reading the contract names, if any; else the first, to report
-                specs = [v for v in readings if _is_spec(v)]
+                # A constant chunk among the readings is the tracing rank's shard of each mesh dim
+                # that can explain it: read as those specs too. Without that, a static graph on a
+                # square mesh whose last step is such a chunk (torchtitan's Llama3 gradients on
+                # 2x2, RS(1) -> S(0)S(1)) was judged by its first reading and refused.
+                specs = [s for v in readings for s in self._reading_specs(v)]
                 fits = [v for v in specs if _same_layout(v, expected)
                         and tuple(v.tensor_meta.shape) == tuple(expected.tensor_meta.shape)]
                 value = (fits or specs or list(readings))[0]
@@ -468,6 +488,14 @@ class _Verifier(_Collectives, _Views, _Decomposed, _Propagation):
                     self._output_violation(arg, name, "a fill", expected)
                 continue
             if not _is_spec(value) or not _same_layout(value, expected):
+                if arg in self.partial:
+                    self.unproven.append(
+                        f"{name} ({getattr(arg, 'name', arg)}): read as "
+                        f"{fmt_spec(value) if _is_spec(value) else type(value).__name__}, the contract says "
+                        f"{fmt_spec(expected)}, but a search of its inputs' readings was cut at "
+                        f"{_MAX_READINGS} combinations"
+                    )
+                    continue
                 self._output_violation(arg, name, fmt_spec(value) if _is_spec(value) else type(value).__name__, expected)
                 continue
             got_shape = tuple(value.tensor_meta.shape) if value.tensor_meta is not None else None
@@ -478,6 +506,15 @@ class _Verifier(_Collectives, _Views, _Decomposed, _Propagation):
                     reason=f"{name} leaves the graph with global shape {list(got_shape)}, the contract says {list(want_shape)}",
                     inferred=f"{fmt_spec(value)} {list(got_shape)}", expected=f"{fmt_spec(expected)} {list(want_shape)}",
                 ))
+
+    def _reading_specs(self, value: Any) -> list[Any]:
+        """The specs one reading of an output stands for: itself, or for a constant chunk the
+        tracing rank's shard on each mesh dim that can explain it."""
+        if _is_spec(value):
+            return [value]
+        if isinstance(value, _Chunks) and value.piece is not None:
+            return [self._with(value.spec, {d: Shard(value.dim)}, append_to=value.dim) for d in self._slice_dims(value)]
+        return []
 
     def _output_violation(self, arg: Any, name: str, inferred: str, expected: Any) -> None:
         self.violations.append(GraphViolation(
