@@ -64,6 +64,7 @@ from .plan._view_skip import use_view_skip  # noqa: E402
 from .table import Alignment, ArgSpec, Flag, Linearity, OpRule, Role, Table, default_table  # noqa: E402
 from .verifier._contract import verify  # noqa: E402
 from .verifier._report import GraphViolation, VerifyReport  # noqa: E402
+from .view import export  # noqa: E402
 from .workbench import Workbench, WorkbenchRow, WorkbenchRows  # noqa: E402
 
 __all__ = [
@@ -116,6 +117,7 @@ __all__ = [
     "enable_from_env",
     "enabled",
     "enabled_options",
+    "export",
     "register_formulation",
     "register_rule",
     "set_build_budget",

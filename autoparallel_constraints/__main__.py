@@ -14,6 +14,9 @@ groundtruth  every row checked against numerics on simulated ranks (``--full`` f
 distributed-seed  one forward+backward step of the seed block on real ranks (under ``torchrun``).
 mutate  proof by mutation: correct parallel graphs broken one thing at a time, each run under
        LocalTensorMode and given to the verifier; a table of caught / MISS / fine / flagged.
+show   the plan page: autoparallel's own viewer of a run (``json.dump(apc.export(autop), f)``) with
+       what the plugin did on top (inserted redistributions and their costs, flags, changed
+       strategies); two runs: the diff; ``--example 348|517|llama3`` builds a known run here.
 zoo    tiny transformers causal LMs (llama, mistral, qwen2, gpt2, gpt_neox, phi, gemma, opt, bloom,
        mixtral) through the default call on 2x2 and 2x4, dynamic and static: audit, numerics, one table.
 """
@@ -32,15 +35,30 @@ from .lab._coverage import add_subcommands as add_coverage_subcommands
 from .lab._demo import add_demo_subcommand
 from .lab._groundtruth import add_subcommand as add_groundtruth_subcommand
 from .lab._mutate import add_subcommand as add_mutate_subcommand
+from .lab._show import add_show_subcommand
 from .lab._zoo import add_zoo_subcommand
 from .testing.distributed_seed import add_subcommand as add_distributed_seed_subcommand
 
 logger = logging.getLogger("autoparallel_constraints.cli")
 
+#: Loggers whose warnings are autoparallel's and torch's working notes, not the command's story
+#: (e.g. "implicitly registering `aten...` with `replicate_op_strategy`" once per op, the CPU
+#: all_to_all fallback): shown only with ``--verbose``.
+UPSTREAM_LOGGERS = ("autoparallel", "torch.distributed.tensor._collective_utils")
+
+
+def configure_logging(verbose: bool) -> None:
+    """The command line's logging: warnings of this package; upstream's working notes only when verbose."""
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    for name in UPSTREAM_LOGGERS:
+        logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.ERROR)
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m autoparallel_constraints", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="log at INFO, autoparallel's and torch's warnings included")
     sub = parser.add_subparsers(dest="command", required=True)
     add_doctor_subcommand(sub)
     add_demo_subcommand(sub)
@@ -50,8 +68,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_distributed_seed_subcommand(sub)
     add_mutate_subcommand(sub)
     add_zoo_subcommand(sub)
+    add_show_subcommand(sub)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging(args.verbose)
     try:
         return int(args.func(args))
     except ConstraintsError as exc:  # the package's errors say what to fix: no traceback

@@ -82,3 +82,25 @@ def test_shape_check_flags_a_graph_that_is_not_the_plan(make_mesh):
     (violation,) = seen["audit"].by_kind("shape_mismatch")
     assert violation.node == "index_put"
     assert "values: parallel graph has [3, 8, 1, 8], plan implies [4, 8, 1, 8]" in violation.reasons[0]
+
+
+def test_report_prints_one_line_per_flag_and_keeps_the_evidence_in_report():
+    """``str(report)``: the verdict, one line per audit flag and per verifier finding; the reasons
+    and the per-argument evidence, and why each node is unknown, only in ``.report``."""
+    from autoparallel_constraints.apply._audit import AuditReport, Violation
+    from autoparallel_constraints.verifier._report import VerifyReport
+
+    flag = Violation(kind="not_cosharded", node="index_put", op="aten.index_put.default", rule=None,
+                     reasons=("mesh dim 1: members shard different logical dims", "second reason"))
+    diverges = Violation(kind="edge_diverges", node="permute_3", op="aten.permute.default", rule=None,
+                         reasons=("arg 0: planned P(sum), graph delivers R",))
+    proof = VerifyReport(violations=(), proven={"mm": 3}, unknown={"add": 1}, unknown_reasons={"add_1": "why it is unknown"},
+                         nodes=4, outputs_checked=1, unproven_outputs=("grad of w (permute_11): depends on unknown\nmore",))
+    report = AuditReport(violations=(flag, diverges), redistributes=(), table_nodes=1, edges=2, verification=proof)
+    lines = str(report).splitlines()
+    assert sum("NOT COSHARDED: index_put" in line for line in lines) == 1
+    assert sum("EDGE DIVERGES: permute_3" in line for line in lines) == 1
+    assert "second reason" not in str(report) and "why it is unknown" not in str(report)
+    assert sum("UNPROVEN OUTPUT" in line for line in lines) == 1 and "more" not in str(report)
+    assert "second reason" in report.report and "add_1: why it is unknown" in report.report
+    assert "depends on unknown\nmore" in report.report

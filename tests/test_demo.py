@@ -168,6 +168,8 @@ def test_demo_runs_and_says_the_fix_holds(demo):
     for n in range(1, 5):
         assert f"[demo {n}/4]" in proc.stderr
     assert "[1/6] seed none/cbc (warm-up) ..." in proc.stderr
+    assert "implicitly registering" not in proc.stderr and "alltoall" not in proc.stderr  # upstream's notes: --verbose
+    assert "show --example 348 --diff" in proc.stdout  # where to see the plans
     assert payload["fixed"] is True and payload["wall_s"] > 0
 
 

@@ -53,6 +53,21 @@ def test_every_package_is_marked_with_a_fix_when_not_tested(monkeypatch):
     assert summary["missing"] == "not-a-real-package" and "highspy" in summary["untested"]
 
 
+def test_a_docs_package_not_installed_is_reported_but_not_missing(monkeypatch):
+    """The docs site's packages are pinned, but one not installed reads "optional" with the docs
+    extra as its fix, and the doctor still exits 0 (a core package missing exits 1)."""
+    import argparse
+
+    real = _doctor.installed_version
+    monkeypatch.setattr(_doctor, "installed_version", lambda name: None if name == "mkdocs" else real(name))
+    check = _by_name(_doctor.checks({"mkdocs": "1.6.1"}))["mkdocs"]
+    assert check.status == "optional" and ".[docs]" in check.fix
+    monkeypatch.setattr(_doctor, "read_constraints", lambda path=None: {"mkdocs": "1.6.1"})
+    assert _doctor.run(argparse.Namespace(write_constraints=False)) == 0
+    monkeypatch.setattr(_doctor, "read_constraints", lambda path=None: {"mkdocs": "1.6.1", "not-a-real-package": "1.0"})
+    assert _doctor.run(argparse.Namespace(write_constraints=False)) == 1
+
+
 def test_torch_outside_the_tested_releases_is_untested(monkeypatch):
     """torch's local build label is ignored; a release not in TESTED_TORCH is untested."""
     monkeypatch.setattr(_doctor, "installed_version", lambda name: {"torch": "2.99.0+cu130"}.get(name))

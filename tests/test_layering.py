@@ -65,11 +65,12 @@ STAGES: list[tuple[str, ...]] = [
     ("plan",),  # add_op_constraints: sites -> formulation -> ILP -> solve -> report
     ("verifier",),  # an independent reading of any parallel graph
     ("apply",),  # the apply step (runs the verifier) and the audit
+    ("view",),  # the plan in autoparallel's JSON export with the plugin's marks, and its page
     ("workbench",),  # one build, many formulations: add, solve, apply, audit, restore
     ("harness",),  # CPU meshes, fake ranks, numerics under LocalTensorMode
     ("lab",),  # compare, demo, zoo, coverage, ground truth, mutation: the command-line tools
     ("testing",),  # the public test kit: harness, mutation, conformance, pytest fixtures
-    ("__main__",),
+    ("__main__", "torchtitan"),  # the command line; the module torchtitan's --module loader imports
 ]
 
 

@@ -80,6 +80,14 @@ class Violation:
     reasons: tuple[str, ...]
     args: tuple[ArgAudit, ...] = ()
 
+    @property
+    def line(self) -> str:
+        """One line: the kind, the node, the op and the first reason (the rest is in ``str()``)."""
+        more = len(self.reasons) - 1 + len(self.args)
+        first = f": {self.reasons[0]}" if self.reasons else ""
+        tail = f" [+{more} lines]" if more > 0 else ""
+        return f"{self.kind.upper().replace('_', ' ')}: {self.node} ({self.op}){first}{tail}"
+
     def __str__(self) -> str:
         head = f"{self.kind.upper().replace('_', ' ')}: {self.node} ({self.op})"
         lines = [head] + [f"    {r}" for r in self.reasons] + [f"    {a}" for a in self.args]
@@ -121,16 +129,32 @@ class AuditReport:
             parts.append(f"verifier: {self.verification.verdict}")
         return ", ".join(parts)
 
-    def __str__(self) -> str:
-        lines = [
+    def _head(self) -> str:
+        return (
             f"audit: {self.verdict} ({self.table_nodes} table ops, {self.edges} edges checked, "
             + (f"{self.size_couplings} size couplings, " if self.size_couplings else "")
             + f"{len(self.redistributes)} plugin redistributes"
             + (f", {len(self.materialized)} edges materialized)" if self.materialized else ")")
-        ]
+        )
+
+    def __str__(self) -> str:
+        """The verdict, one line per flag and per plugin redistribute; the evidence is in :attr:`report`."""
+        lines = [self._head()] + [f"  {v.line}" for v in self.violations]
+        if self.verification is not None:
+            lines += [f"  {line}" for line in str(self.verification).splitlines()]
+        lines += [f"  redistribute {r.describe()}" for r in self.redistributes]
+        if self.violations or (self.verification is not None and not self.verification.ok):
+            lines.append("  (evidence: .report; on the plan page: apc.export, then python -m autoparallel_constraints show)")
+        return "\n".join(lines)
+
+    @property
+    def report(self) -> str:
+        """The long form: every flag with its evidence (reasons, each argument's planned and delivered
+        placements and local shapes), the verifier's full report and the plugin's redistributes."""
+        lines = [self._head()]
         lines += [str(v) for v in self.violations]
         if self.verification is not None:
-            lines.append(str(self.verification))
+            lines.append(self.verification.report)
         if self.redistributes:
             lines.append("plugin redistributes:")
             lines += [f"    {r.describe()}" for r in self.redistributes]

@@ -54,9 +54,13 @@ OPTIONAL_TORCHTITAN: tuple[str, ...] = (
     "datasets", "wandb", "einops",
 )
 
+#: The docs site's packages (the ``docs`` extra): pinned like the rest, but only the docs site and
+#: its full-tier test need them, so an install without them is reported, not failed.
+OPTIONAL_DOCS: tuple[str, ...] = ("mkdocs", "mkdocs-material", "mkdocstrings", "mkdocstrings-python", "griffelib")
+
 FROZEN: tuple[str, ...] = (
     "torch", "pulp", "highspy", "numpy", "transformers", "huggingface-hub", "tokenizers", "safetensors",
-    "hypothesis", "matplotlib", "pytest", "pytest-xdist", *OPTIONAL_TORCHTITAN,
+    "hypothesis", "matplotlib", "pytest", "pytest-xdist", *OPTIONAL_TORCHTITAN, *OPTIONAL_DOCS,
 )
 
 #: The pip line that installs the pinned autoparallel (the second line of the install hint).
@@ -74,7 +78,7 @@ _FIX = {
 @dataclass(frozen=True, slots=True)
 class Check:
     """One line of the report: ``status`` is ``tested``, ``untested``, ``missing`` or ``optional``
-    (a package of the torchtitan extra that is not installed)."""
+    (a package of the torchtitan or the docs extra that is not installed)."""
 
     name: str
     installed: str | None
@@ -214,6 +218,8 @@ def checks(constraints: dict[str, str] | None = None) -> list[Check]:
             out.append(Check(name, None, tested, "optional",
                              "only the torchtitan cases need it: pip install -c "
                              "autoparallel_constraints/constraints.txt -e '.[torchtitan]'"))
+        elif version is None and name in OPTIONAL_DOCS:
+            out.append(Check(name, None, tested, "optional", "only the docs site needs it: pip install -e '.[docs]'"))
         elif version is None:
             out.append(Check(name, None, tested, "missing", fix))
         elif _public(version) == tested:

@@ -43,6 +43,7 @@ __all__ = [
 # bounds leave CBC's search as it is without the plugin (one extra row made it 1.13-1.33x slower
 # on llama3 2 layers 8x8: docs/performance.md, "At real depth").
 FORBID_MODES = ("bounds", "row")
+"""How :func:`forbid` keeps a strategy out: upper bounds of 0 on its variables, or one named row."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -20,6 +20,7 @@ __all__ = ["FORMULATIONS", "load_formulation", "make_formulation", "register_for
 
 # name -> class; filled through register_formulation only.
 FORMULATIONS: dict[str, type[Formulation]] = {}
+"""The registered formulations, name -> class (filled through :func:`register_formulation` only)."""
 
 NAME = re.compile(r"^[a-z][a-z0-9]*$")
 RESERVED = ("none", "size")  # the lab's baseline; the size couplings' prefix

@@ -35,6 +35,7 @@ __all__ = [
 ]
 
 DEFAULT_DEVICE_NAME = "H100"
+"""The GPU whose limits autoparallel's cost model uses on a CPU machine (see :func:`device_name`)."""
 # Large enough for every mesh the tests and the demo build (8x8 for llama3).
 DEFAULT_FAKE_WORLD_SIZE = 64
 

@@ -399,6 +399,11 @@ def render_demo(result: DemoResult) -> str:
     ]
     out += [f"   {line}" for line in render_table(cost.rows, columns).splitlines()]
     out += [f"   {line}" for line in ratio_lines(cost)]
+    out += [
+        "",
+        "See the plans of sections 1 and 3, autoparallel alone against the default call, in autoparallel's viewer:",
+        "   python -m autoparallel_constraints show --example 348 --diff -o plan_348.html   (or --example 517)",
+    ]
     out += ["", f"demo wall time {result.wall_s:.1f}s"]
     return "\n".join(out)
 

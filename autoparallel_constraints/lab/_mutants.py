@@ -586,6 +586,7 @@ OPERATORS: dict[str, Operator] = {
                                     _apply_plugin_target),
     "drop_rank_slice": Operator("a rank slice takes chunk 0 on every rank", _sites_rank_slice, _apply_rank_slice),
 }
+"""The mutation operators by name: what each breaks in a correct parallel graph (docs/mutation.md)."""
 
 
 def find_sites(gm: GraphModule, operators: Sequence[str] | None = None) -> list[Site]:

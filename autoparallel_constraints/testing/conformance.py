@@ -71,6 +71,7 @@ R = Replicate()
 RR = (R, R)
 RS0, RS1 = (R, Shard(0)), (R, Shard(1))
 SMALL = SeedConfig(num_heads=10, head_dim=16, batch=8, seq=16)
+"""The seed block's sizes the conformance scenarios run at (small enough for the default tier)."""
 SWAPPED_CONFIG = SeedConfig(num_heads=6, head_dim=8, batch=8, seq=8)  # batch == seq: shapes agree
 SWAPPED = ((Shard(0), Shard(1)), (Shard(1), Shard(0)))
 PIN = "pin_illegal"

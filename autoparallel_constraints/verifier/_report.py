@@ -78,15 +78,31 @@ class VerifyReport:
         return ", ".join(parts)
 
     def __str__(self) -> str:
+        """The verdict, one line per violation and unproven output, the unknowns counted by op; why
+        each node is unknown is in :attr:`report`."""
         head = (
             f"verify: {self.verdict} ({self.n_proven} tensor nodes proven, {self.n_unknown} unknown, "
             f"{self.outputs_checked} outputs checked)"  # no seconds: two runs of one plan print the same bytes
         )
         lines = [head]
         lines += [f"  {v}" for v in self.violations]
+        lines += [f"  UNPROVEN OUTPUT: {_first_line(u)}" for u in self.unproven_outputs]
+        if self.unknown:
+            lines.append("  unknown by op: " + ", ".join(f"{op} {n}" for op, n in sorted(self.unknown.items())))
+        return "\n".join(lines)
+
+    @property
+    def report(self) -> str:
+        """The long form: ``str()`` in full (unproven outputs whole) and why each unknown node is unknown."""
+        lines = [str(self).splitlines()[0]]
+        lines += [f"  {v}" for v in self.violations]
         lines += [f"  UNPROVEN OUTPUT: {u}" for u in self.unproven_outputs]
         if self.unknown:
             lines.append("  unknown by op: " + ", ".join(f"{op} {n}" for op, n in sorted(self.unknown.items())))
-            for node, why in list(self.unknown_reasons.items())[:10]:
-                lines.append(f"    {node}: {why}")
+            lines += [f"    {node}: {why}" for node, why in self.unknown_reasons.items()]
         return "\n".join(lines)
+
+
+def _first_line(text: str, width: int = 160) -> str:
+    line = text.splitlines()[0] if text else ""
+    return line if len(line) <= width else line[: width - 3] + "..."

@@ -27,13 +27,13 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..apply._audit import audit
-from ..core._placements import fmt_spec
 from ..core._stats import Spread, cpu_seconds, interleave
 from ..errors import InvalidOptionError, PluginStateError
 from ..formulations import Formulation, make_formulation
 from ..plan._report import constraint_report
 from ..plan._solvers import DEFAULT_SOLVER, solver_config, use_solver
 from ..plan._state import get_state
+from ..view._export import export, plan_choices
 from ._snapshot import ProblemSnapshot, problem_fingerprint
 
 if TYPE_CHECKING:
@@ -44,18 +44,6 @@ logger = logging.getLogger(__name__)
 __all__ = ["BASELINE", "Workbench", "WorkbenchRow", "WorkbenchRows", "comm_cost", "plan_choices"]
 
 BASELINE = "none"  # autoparallel alone (with the row's solver)
-
-
-def _strategy_key(spec: Any) -> str:
-    """One strategy as text: its output and input placements (what the plan chose for a node)."""
-    outs = spec.output_specs if isinstance(spec.output_specs, (tuple, list)) else (spec.output_specs,)
-    ins = spec.input_specs or ()
-    return f"{', '.join(fmt_spec(s) for s in outs)} <- {', '.join(fmt_spec(s) for s in ins)}"
-
-
-def plan_choices(placement: dict[Any, Any]) -> dict[str, str]:
-    """``{node name: chosen strategy}`` for every node of a plan (``optimize_placement``'s dict)."""
-    return {node.name: _strategy_key(spec) for node, spec in placement.items()}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -88,6 +76,7 @@ class WorkbenchRow:
     unproven_outputs: int = 0
     choices: dict[str, str] = field(default_factory=dict, repr=False)  # node -> chosen strategy
     table_choices: dict[str, str] = field(default_factory=dict, repr=False)  # table ops only
+    export: dict[str, Any] | None = field(default=None, repr=False, compare=False)  # Workbench(export=True)
 
     @property
     def label(self) -> str:
@@ -149,10 +138,14 @@ class Workbench:
     with the plugin's, without compiling it), audits and verifies it. ``check_restore=True``
     fingerprints the problem before the first row and after every restore and raises
     :class:`~autoparallel_constraints.PluginStateError` if a row left anything behind (seconds per
-    row on large problems: for tests). The ``AutoParallel`` is left as it was found.
+    row on large problems: for tests). ``export=True`` keeps each row's plan as
+    :func:`~autoparallel_constraints.export` gives it (``row.export``: the plan page's input).
+    The ``AutoParallel`` is left as it was found.
     """
 
-    def __init__(self, autop: AutoParallel, *, apply: bool = True, check_restore: bool = False) -> None:
+    def __init__(
+        self, autop: AutoParallel, *, apply: bool = True, check_restore: bool = False, export: bool = False
+    ) -> None:
         if getattr(autop, "active", False) is not True or getattr(autop, "sharding_optimizer", None) is None:
             raise PluginStateError(
                 "Workbench needs an entered AutoParallel: `with AutoParallel(model, input_fn, mesh) as autop: "
@@ -168,6 +161,7 @@ class Workbench:
         self.autop = autop
         self.apply = apply
         self.check_restore = check_restore
+        self.export = export
         self._snapshot = ProblemSnapshot.take(autop)
         # counted once: it walks every row (1-2 s at 32 layers); each row adds its formulation's
         self._built_variables = _count_variables(autop.sharding_optimizer.prob)
@@ -288,7 +282,7 @@ class Workbench:
             table_choices={k: v for k, v in choices.items() if k in table_nodes},
         )
         if not self.apply:
-            return row
+            return _replace(row, export=export(autop, label=_export_label(row))) if self.export else row
         t0 = time.perf_counter()
         autop._apply_placement_common(placement)  # the parallel graph, as apply_placement builds it first
         apply_s = time.perf_counter() - t0
@@ -307,7 +301,12 @@ class Workbench:
             verify_s=verify_s,
             unknown=proof.n_unknown if proof is not None else 0,
             unproven_outputs=len(proof.unproven_outputs) if proof is not None else 0,
+            export=export(autop, report=report, label=_export_label(row)) if self.export else None,
         )
+
+
+def _export_label(row: WorkbenchRow) -> str:
+    return f"autoparallel alone ({row.solver})" if row.formulation == BASELINE else row.label
 
 
 def comm_cost(opt: Any, placement: dict[Any, Any]) -> float:
