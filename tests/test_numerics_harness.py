@@ -302,3 +302,28 @@ def test_mixed_precision_refuses_tolerances_and_a_foreign_class() -> None:
         run_numerics(MLP, lambda: torch.randn(8, 16), (2,), mp_policy=_bf16_policy(), atol=1e-3)
     with pytest.raises(InvalidOptionError, match="autoparallel_cls"):
         run_numerics(MLP, lambda: torch.randn(8, 16), (2,), autoparallel_cls=nn.Module)
+
+
+class CountingLinear(nn.Module):
+    """A Linear that adds its batch's column sums into a buffer in forward, as an MoE layer counts
+    tokens per expert: the joint graph returns the updated buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(16, 16, bias=False)
+        self.register_buffer("seen", torch.zeros(16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            self.seen.add_(x.sum(0))
+        return self.fc(x)
+
+
+def test_a_buffer_forward_updates_is_checked_against_one_device() -> None:
+    """The joint graph's mutated buffer comes back as ``mutated:buffer:<fqn>`` and is compared with
+    the buffer as one device's forward left it; the parallel run starts from its initial value
+    (a reference that kept the updated value would count twice and fail)."""
+    report = run_numerics(CountingLinear, lambda: torch.randn(8, 16), (2,))
+    assert report.ok, f"{report}\n{report.details}"
+    check = report.check("mutated:buffer:seen")
+    assert check.ok and check.max_ref > 0

@@ -182,6 +182,7 @@ def build_reference(
         t.detach().clone().requires_grad_(input_requires_grad and t.is_floating_point())
         for t in _as_tuple(input_fn())
     )
+    buffers_before = {n: b.detach().clone() for n, b in model.named_buffers()}
     param_dtype = None if mp_policy is None else mp_policy.param_dtype
     if param_dtype is None:
         out = model(*inputs)
@@ -204,7 +205,18 @@ def build_reference(
         grad_outputs=grad_outputs,
         param_grads={n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None},
         input_grads={i: t.grad.detach().clone() for i, t in enumerate(inputs) if t.grad is not None},
+        buffers_after=_restore_buffers(model, buffers_before),
     )
+
+
+def _restore_buffers(model: nn.Module, before: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """The buffers as forward left them; the model's put back to ``before``, so the parallel run
+    and the float64 yardstick start from the values forward started from."""
+    after = {n: b.detach().clone() for n, b in model.named_buffers()}
+    with torch.no_grad():
+        for n, b in model.named_buffers():
+            b.copy_(before[n])
+    return after
 
 
 # --------------------------------------------------------------------------------------------
@@ -325,6 +337,9 @@ def compare(
     expected: dict[str, Tensor] = {f"output[{i}]": t for i, t in enumerate(reference.outputs)}
     expected.update({f"grad:{n}": g for n, g in reference.param_grads.items()})
     expected.update({f"grad:input[{i}]": g for i, g in reference.input_grads.items()})
+    # a buffer forward updates is returned by the joint graph: checked against one device's
+    expected.update({name: reference.buffers_after[name[len("mutated:buffer:"):]] for name in run.gathered
+                     if name.startswith("mutated:buffer:") and name[len("mutated:buffer:"):] in reference.buffers_after})
     scale = max((float(t.abs().max()) for t in expected.values() if t.is_floating_point() and t.numel()), default=0.0)
     checks = [
         _check(name, run.gathered[name], ref, atol, rtol, scale)

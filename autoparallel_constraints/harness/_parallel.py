@@ -291,6 +291,8 @@ def _desc_name(desc: Any) -> str:
         return f"tangent[{desc.output.idx}]"
     if isinstance(desc, d.PlainAOTOutput):
         return f"output[{desc.idx}]"
+    if isinstance(desc, d.InputMutationAOTOutput) and isinstance(desc.mutated_input, d.BufferAOTInput):
+        return f"mutated:buffer:{desc.mutated_input.target}"  # a buffer forward updates (MoE load counts)
     if isinstance(desc, d.GradAOTOutput):
         of = desc.grad_of
         if isinstance(of, d.ParamAOTInput):

@@ -8,7 +8,7 @@ read and remake them without importing back the module that calls it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from torch import Tensor, nn
 
@@ -60,3 +60,5 @@ class Reference:
     grad_outputs: tuple[Tensor, ...]
     param_grads: Mapping[str, Tensor]
     input_grads: Mapping[int, Tensor]
+    #: every buffer after forward, by fqn: what a joint graph that mutates a buffer returns for it
+    buffers_after: Mapping[str, Tensor] = field(default_factory=dict)
