@@ -121,3 +121,26 @@ def test_autoparallel_alone_is_clean_where_its_numbers_are_exact() -> None:
     assert report.ok, f"{report}\n{report.details}"
     assert held["audit"].ok, str(held["audit"])
     assert held["verify"].ok and held["verify"].n_unknown == 0, str(held["verify"])
+
+
+def test_plugin_redistributions_keep_the_checkpoint_tags(default_call) -> None:
+    """Under selective activation checkpointing the plugin's redistribution nodes carry the
+    recompute policy and checkpoint id of the op they feed, so the partitioner recomputes or
+    saves them with their region instead of treating them as ordinary saved activations."""
+    from autoparallel_constraints.core._tags import TAG
+
+    _, held = default_call
+    autop = held["autop"]
+    joint = {n.name: n for n in autop.gm.graph.nodes}
+    checked = 0
+    for node in autop.parallel_gm.graph.nodes:
+        custom = node.meta.get("custom") or {}
+        if TAG not in custom or "apc_node" not in custom:
+            continue
+        consumer = joint.get(custom["apc_node"])
+        if consumer is None or "recompute" not in consumer.meta:
+            continue
+        assert str(node.meta.get("recompute")) == str(consumer.meta["recompute"]), node.name
+        assert node.meta.get("ac_graph_id") == consumer.meta.get("ac_graph_id"), node.name
+        checked += 1
+    assert checked, "no plugin redistribution feeds a checkpointed op in this plan: the test covers nothing"
