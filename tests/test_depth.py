@@ -1,6 +1,6 @@
 """Guards the plugin's work at depth: rule verdicts memoized by (binding, input specs, output spec)
 (``CheckMemo``) are exactly the unmemoized ``check`` verdicts, twins of a repeated layer reuse
-their root's verdicts, a second identical query hits the memo, and ``add_op_constraints`` adds
+their root's verdicts (and per cluster are not checked at all), a second identical query hits the memo, and ``add_op_constraints`` adds
 the same rows with and without the memo (strict's build from either set of sites)."""
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ def llama3_sites():
         opt = autop.sharding_optimizer
         rules = default_table().select(None)
         memo = CheckMemo()
-        memoized, _ = _sites.find_sites(opt, rules, memo)
-        plain, _ = _sites.find_sites(opt, rules, _NoMemo())
+        memoized, _ = _sites.find_sites(opt, rules, memo, per_cluster=False)
+        plain, _ = _sites.find_sites(opt, rules, _NoMemo(), per_cluster=False)
         yield opt, rules, memo, memoized, plain
 
 
@@ -55,11 +55,21 @@ def test_memoized_verdicts_equal_unmemoized(llama3_sites):
 
 
 def test_twins_reuse_the_roots_verdicts(llama3_sites):
-    """With 2 cluster-linked layers, most lookups are hits: at least the twin's strategies."""
-    _, _, memo, memoized, _ = llama3_sites
+    """With 2 cluster-linked layers, most lookups are hits: at least the twin's strategies. Per
+    cluster (the plugin's path), the twins are not looked up at all: the memo sees exactly the
+    roots' strategies, and the sites are the per-node ones (bindings and verdicts equal)."""
+    opt, rules, memo, memoized, _ = llama3_sites
     twins = [s for s in memoized if not s.is_root]
     assert twins, "llama3's layers must be cluster-linked"
     assert memo.hits >= sum(s.num_strategies for s in twins)
+    per_root = CheckMemo()
+    clustered, _ = _sites.find_sites(opt, rules, per_root)
+    assert per_root.hits + per_root.misses == sum(s.num_strategies for s in clustered if s.is_root)
+
+    def fields(sites):
+        return [(s.node, s.orig, s.node_idx, s.root_idx, s.rule, s.binding, s.verdicts) for s in sites]
+
+    assert fields(clustered) == fields(memoized)
 
 
 def test_second_identical_query_hits(llama3_sites):

@@ -55,9 +55,18 @@ class Site:
 
 
 def find_sites(
-    opt: ShardingOptimizer, rules: Sequence[OpRule], memo: CheckMemo | None = None
+    opt: ShardingOptimizer, rules: Sequence[OpRule], memo: CheckMemo | None = None, *, per_cluster: bool = True
 ) -> tuple[list[Site], float]:
     """Sites of ``rules`` in the optimizer's graph, in graph order, and the seconds it took.
+
+    ``per_cluster`` (the default): a node autoparallel links to a cluster root (repeated layers,
+    ``cluster_links``) takes its root's binding and verdicts, as it takes its root's variables;
+    only roots (and every node of a graph without repeated layers) are bound and checked. This is
+    exact: autoparallel links two nodes only when their op, arguments (values and tensor
+    metadata) and the printed strategies of the node and of its inputs (placements, shapes, dtypes
+    of every spec, in order) are equal (``graph_clustering._hash_node``), and a binding and a
+    verdict read nothing else. ``per_cluster=False`` binds and checks every node (the proof that
+    both agree is ``tests/test_clusters.py``).
 
     Verdicts go through ``memo`` (a fresh :class:`CheckMemo` by default): a strategy whose
     (binding, input specs, output specs) was checked before — on this node or on a twin in
@@ -67,29 +76,45 @@ def find_sites(
     memo = CheckMemo() if memo is None else memo
     by_op = {r.op: r for r in rules}
     node_root = node_roots(opt)
+    # root node index -> (binding, verdicts), or None when the root binds to nothing
+    by_root: dict[int, tuple[Binding, tuple[tuple[Mismatch, ...], ...]] | None] = {}
+
+    def analyse(node: torch.fx.Node, rule: OpRule) -> tuple[Binding, tuple[tuple[Mismatch, ...], ...]] | None:
+        binding = bind(rule, node, is_input=lambda n: n in opt.strats)
+        if binding is None:
+            return None
+        strategies = opt.strats[node].strategies
+        return binding, memo.verdicts(binding, [(s.input_specs, s.output_specs) for s in strategies])
+
     sites: list[Site] = []
     for node in opt.graph.nodes:
         rule = by_op.get(node.target)
         if rule is None or node not in opt.strats or node.op != "call_function":
             continue
-        binding = bind(rule, node, is_input=lambda n: n in opt.strats)
-        if binding is None:
-            continue
-        strategies = opt.strats[node].strategies
-        verdicts = memo.verdicts(binding, [(s.input_specs, s.output_specs) for s in strategies])
         idx = opt.node_map[node]
+        root_idx = node_root.get(idx, idx)
+        if not per_cluster:
+            found = analyse(node, rule)
+        elif root_idx in by_root:
+            found = by_root[root_idx]
+        else:
+            found = by_root[root_idx] = analyse(opt.nodes[root_idx], rule)
+        if found is None:
+            continue
+        binding, verdicts = found
         sites.append(
             Site(
                 node=node,
                 orig=opt._concrete_to_orig.get(node, node),
                 node_idx=idx,
-                root_idx=node_root.get(idx, idx),
+                root_idx=root_idx,
                 rule=rule,
                 binding=binding,
                 verdicts=verdicts,
             )
         )
-    logger.debug("apc: find_sites: %d sites, %d checks, %d reused", len(sites), memo.misses, memo.hits)
+    logger.debug("apc: find_sites: %d sites, %d roots analysed, %d checks, %d reused", len(sites), len(by_root),
+                  memo.misses, memo.hits)
     return sites, time.perf_counter() - t0
 
 

@@ -119,8 +119,17 @@ def install() -> None:
         AutoParallel.__enter__ = _wrap_enter(AutoParallel.__enter__)
 
 
-def check_strategies(opt: Any, mesh: Any) -> None:
-    """Raise :class:`StaleStrategiesError` if any strategy of ``opt`` was computed for another mesh."""
+def check_strategies(opt: Any, mesh: Any, *, per_cluster: bool = True) -> None:
+    """Raise :class:`StaleStrategiesError` if any strategy of ``opt`` was computed for another mesh.
+
+    ``per_cluster`` (the default): nodes autoparallel links to a cluster root are not read again;
+    it links nodes whose strategies print the same (every spec and the mesh's shape), which come
+    from the same placement-option cache entry as the root's (the cache is keyed by the op and its
+    inputs' placements and metadata, equal for both). ``False`` reads every node.
+    """
+    from ..formulations._sites import node_roots
+
+    linked = node_roots(opt) if per_cluster else {}
     want = mesh_key(mesh)
     keys: dict[int, tuple] = {id(mesh): want}  # meshes are few: key each object once
 
@@ -132,6 +141,8 @@ def check_strategies(opt: Any, mesh: Any) -> None:
 
     stale: list[str] = []
     for node, op_strategy in opt.strats.items():
+        if linked and opt.node_map[node] in linked:
+            continue
         for strategy in getattr(op_strategy, "strategies", ()):
             specs = strategy.output_specs if isinstance(strategy.output_specs, (list, tuple)) else [strategy.output_specs]
             if any(spec is not None and differs(spec.mesh) for spec in specs):

@@ -247,6 +247,9 @@ def _position_ops() -> frozenset[Any]:
 def _unlocalized(node: torch.fx.Node, has_strategy: Callable[[torch.fx.Node], bool]) -> list[SizeCoupling]:
     """(Z2) for the size arguments of ``node``, an op the apply does not localize: every size node
     among its arguments that reads a planned tensor's dims (see the module docstring)."""
+    # only a size node among the inputs can couple: most nodes have none (no flattening then)
+    if all(isinstance(x.meta.get("val"), torch.Tensor) for x in node.all_input_nodes):
+        return []
     produced = torch.utils._pytree.tree_flatten(node.meta.get("val"))[0]
     if not any(isinstance(v, torch.Tensor) for v in produced):  # size arithmetic itself, not a consumer
         return []
@@ -368,10 +371,16 @@ def build_size_constraints(
     couplings: Sequence[SizeCoupling],
     namer: Namer,
     to_opt: Mapping[torch.fx.Node, torch.fx.Node] | None = None,
+    *,
+    per_cluster: bool = True,
 ) -> Additions:
     """(Z1)–(Z3) for every coupling (and mesh dim), deduplicated across repeated layers.
 
     ``to_opt`` maps the couplings' nodes to the optimizer's graph (``opt._orig_to_concrete``).
+    A coupling whose nodes resolve to the cluster roots of one built before builds nothing:
+    ``per_cluster`` (the default) takes a node's root for the node, as autoparallel does (it
+    links nodes whose strategies print the same, placements included); ``False`` also compares
+    the placements of every strategy of each node.
     """
     from ..formulations import Additions
     from ..formulations._sites import node_roots, strategy_indicator
@@ -405,9 +414,11 @@ def build_size_constraints(
     roots = node_roots(opt)
     fingerprints: dict[int, tuple[Any, ...]] = {}
 
-    def ident(node: torch.fx.Node) -> tuple[int, tuple[Any, ...]]:
+    def ident(node: torch.fx.Node) -> tuple[int, tuple[Any, ...]] | int:
         node = to_opt.get(node, node) if to_opt is not None else node
         idx = opt.node_map[node]
+        if per_cluster:
+            return roots.get(idx, idx)
         fp = fingerprints.get(idx)
         if fp is None:
             fp = fingerprints[idx] = tuple(
