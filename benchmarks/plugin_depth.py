@@ -15,7 +15,9 @@ smallest llama3 depth above 1 to the largest. Each run also records a digest of 
 additions (names, coefficients, right-hand sides, bounds), equal across the runs of a
 configuration.
 
-``--profile model:layers:mesh`` instead runs one build and prints cProfile's top functions of the
+``--child model:layers:mesh --solve`` runs one build in this process and prints its record with the
+plan (objective, a digest of every node's strategy): run it with ``PYTHONPATH`` on another
+checkout to compare plans across versions. ``--profile model:layers:mesh`` instead runs one build and prints cProfile's top functions of the
 ``add_op_constraints`` call (profiles run apart from timed runs). ``--per-node`` (a private switch,
 ``_plugin.PER_CLUSTER = False``) times the plugin walking every node instead of each cluster once.
 """
@@ -45,7 +47,7 @@ def _digest(autop, added) -> str:
     return h.hexdigest()[:16]
 
 
-def child(model: str, layers: int, mesh: tuple[int, ...], profile: bool, per_node: bool) -> dict:
+def child(model: str, layers: int, mesh: tuple[int, ...], profile: bool, per_node: bool, solve: bool = False) -> dict:
     """One build and one ``add_op_constraints`` in this process."""
     from autoparallel.api import AutoParallel
 
@@ -84,6 +86,12 @@ def child(model: str, layers: int, mesh: tuple[int, ...], profile: bool, per_nod
                 "bounded_variables": sum(len(b.variables) for b in autop._apc_state.additions.bounds.values()),
                 "digest": _digest(autop, added),
             }
+            if solve:  # the plan: objective and every node's strategy (not timed)
+                placement = autop.optimize_placement()
+                plan = sorted((n.name, str(s)) for n, s in placement.items())
+                out["objective"] = opt.prob.objective.value()
+                out["plan_digest"] = hashlib.sha256(repr(plan).encode()).hexdigest()[:16]
+                out["plan_nodes"] = len(plan)
     return out
 
 
@@ -113,11 +121,12 @@ def main() -> int:
     p.add_argument("--per-node", action="store_true", help="the plugin walks every node (private switch)")
     p.add_argument("--json", default=None)
     p.add_argument("--profile", metavar="CONFIG", help="one build, cProfile of add_op_constraints on stderr")
+    p.add_argument("--solve", action="store_true", help="with --child: solve and record the plan (objective, digest)")
     p.add_argument("--child", metavar="CONFIG", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child or args.profile:
         model, layers, mesh = _parse(args.child or args.profile)
-        print(json.dumps(child(model, layers, mesh, bool(args.profile), args.per_node)), flush=True)
+        print(json.dumps(child(model, layers, mesh, bool(args.profile), args.per_node, args.solve)), flush=True)
         return 0
 
     configs = args.configs.split(",")

@@ -14,6 +14,7 @@ import autoparallel_constraints  # noqa: F401  (installs add_op_constraints)
 from autoparallel_constraints.formulations import Namer, _sites, make_formulation
 from autoparallel_constraints.models import llama3_small
 from autoparallel_constraints.table import CheckMemo, bind, check, default_table
+from _ilp import reference_size_rows
 
 
 class _NoMemo(CheckMemo):
@@ -138,7 +139,8 @@ def test_pin_checks_read_only_the_pins_variables(llama3_sites, monkeypatch):
 
 def test_size_rows_of_twins_are_not_built_again(llama3_sites, monkeypatch):
     """A repeated layer's size couplings resolve to its root's variables: skipping them before
-    building gives the rows (and notes) building every coupling gives, with fewer sums built."""
+    building gives the rows (and notes) building every coupling gives, with fewer sums built, and
+    the rows (and notes) a plain build of every coupling and mesh dim gives."""
     from autoparallel_constraints.plan import _sizes
 
     opt = llama3_sites[0]
@@ -164,6 +166,7 @@ def test_size_rows_of_twins_are_not_built_again(llama3_sites, monkeypatch):
     assert fast, "the model must have size couplings for the comparison to mean anything"
     assert (fast, fast_notes) == (every, every_notes)
     assert fast_built < every_built, (fast_built, every_built)
+    assert [(fast[n], fast_notes[n]) for n in fast] == reference_size_rows(opt, couplings)
 
 
 def test_highs_routes_build_autoparallels_objective_in_bulk(llama3_sites, monkeypatch):

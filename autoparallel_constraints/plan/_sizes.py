@@ -55,6 +55,7 @@ local size and only (Z3) on the consumer guards it.
 
 from __future__ import annotations
 
+import collections
 import logging
 import math
 import operator
@@ -427,7 +428,19 @@ def build_size_constraints(
             )
         return roots.get(idx, idx), fp
 
+    by_dim: dict[tuple[Any, int, int], list[pulp.LpVariable]] = {}
+
+    def dim_terms(node: torch.fx.Node, dim: int, m: int) -> list[pulp.LpVariable]:
+        """y[node, dim, m]'s variables (strategies whose output spec shards ``dim`` on mesh dim
+        ``m``), built once per node identity (a linked node has its root's)."""
+        key = (ident(node), dim, m)
+        terms = by_dim.get(key)
+        if terms is None:
+            terms = by_dim[key] = strategies(node, lambda spec: _shards(spec, m, dim))
+        return terms
+
     built: set[tuple[Any, ...]] = set()
+    built_rows: set[tuple[Any, ...]] = set()
     for c in couplings:
         key = (c.kind, c.out_dim, c.size, ident(c.consumer), tuple((ident(x), d) for x, d in c.leaves))
         if key in built:
@@ -437,11 +450,22 @@ def build_size_constraints(
             uneven = strategies(c.consumer, lambda spec, c=c: c.size % _ways(spec, c.out_dim, mesh_shape) != 0)
             add("even", pulp.lpSum(uneven), f"{c.describe()} is split only evenly")
             continue
+        sign = -1 if c.kind == "match" else 1
         for m in range(len(mesh_shape)):
-            leaf_terms = [v for x, d in c.leaves for v in strategies(x, lambda spec, m=m, d=d: _shards(spec, m, d))]
-            out_terms = (strategies(c.consumer, lambda spec, m=m, c=c: _shards(spec, m, c.out_dim))
-                         if c.out_dim is not None else [])
-            sign = -1 if c.kind == "match" else 1
+            # The row is Σ over its parts' sums; parts equal to a row built before (the same
+            # nodes' roots, dims and signs, with multiplicity) give the same expression, which
+            # ``add`` would drop: skip building it (llama3 32 layers 8x8: each layer's unlinked
+            # attention backward couples to the linked forward's q, k, v, 260 sums of ~2,400
+            # terms for 4 rows).
+            parts = [(ident(x), d, 1) for x, d in c.leaves if dim_terms(x, d, m)]
+            if c.out_dim is not None and dim_terms(c.consumer, c.out_dim, m):
+                parts.append((ident(c.consumer), c.out_dim, sign))
+            row_key = (c.kind, m, frozenset(collections.Counter(parts).items()))
+            if row_key in built_rows:
+                continue
+            built_rows.add(row_key)
+            leaf_terms = [v for x, d in c.leaves for v in dim_terms(x, d, m)]
+            out_terms = dim_terms(c.consumer, c.out_dim, m) if c.out_dim is not None else []
             add(c.kind, pulp.lpSum(leaf_terms) + sign * pulp.lpSum(out_terms), f"{c.describe()} (mesh dim {m})")
     logger.debug("apc sizes: %d couplings, %d constraints", len(couplings), len(out.constraints))
     return out
