@@ -192,20 +192,30 @@ def build_nested_constraints(opt: ShardingOptimizer, namer: Namer, *, per_cluste
     # node index (a root's) -> (forbidden strategies, an example), or None when none is forbidden
     verdicts: dict[int, tuple[list[int], tuple[str, Any, NestedUneven]] | None] = {}
 
+    # autoparallel's placement-option cache hands out strategies whose spec objects are shared
+    # (``_copy_op_strategy``): the same objects (and node shape) have the same verdict, looked
+    # up by identity (the objects live in ``opt.strats`` throughout) before anything is read
+    by_objects: dict[tuple[int, int, Any], tuple[str, Any, NestedUneven] | None] = {}
+
     def analyse(node: torch.fx.Node, strategies: Sequence[Any]) -> tuple[list[int], Any] | None:
         val = node.meta.get("val")
         val_shape = _shape(None, val) if isinstance(val, torch.Tensor) else None  # once per node
         bad: list[int] = []
         example = None
         for o, strategy in enumerate(strategies):
-            if not _may_nest(strategy, active):
-                continue
-            key = _key(strategy, val_shape)
-            if key not in cache:
-                cache[key] = _strategy_uneven(strategy, mesh_shape, val)
-            if cache[key] is not None:
+            ident = (id(strategy.output_specs), id(strategy.input_specs), val_shape)
+            if ident in by_objects:
+                found = by_objects[ident]
+            elif not _may_nest(strategy, active):
+                found = by_objects[ident] = None
+            else:
+                key = _key(strategy, val_shape)
+                if key not in cache:
+                    cache[key] = _strategy_uneven(strategy, mesh_shape, val)
+                found = by_objects[ident] = cache[key]
+            if found is not None:
                 bad.append(o)
-                example = example or cache[key]
+                example = example or found
         return (bad, example) if bad else None
 
     unavoidable = []
@@ -256,10 +266,20 @@ def _may_nest(strategy: Any, active: Sequence[int]) -> bool:
         placements = getattr(spec, "placements", None)
         if placements is None:
             continue
-        dims = [d for m in active if (d := _shard_dim(placements[m])) is not None]
+        dims = []
+        for m in active:
+            p = placements[m]
+            is_shard = _IS_SHARD.get(type(p))
+            if is_shard is None:  # once per placement type: isinstance on torch's placements is slow
+                is_shard = _IS_SHARD[type(p)] = _shard_dim(p) is not None
+            if is_shard:
+                dims.append(p.dim)
         if len(dims) >= 2 and (len(set(dims)) < len(dims) or min(dims) < 0):
             return True
     return False
+
+
+_IS_SHARD: dict[type, bool] = {}
 
 
 def _key(strategy: Any, val_shape: tuple[int, ...] | None) -> tuple[Any, ...]:

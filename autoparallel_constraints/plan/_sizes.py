@@ -208,6 +208,7 @@ def find_size_couplings(
     factories, views = _size_ops()
     total = math.prod(mesh_shape)
     out: list[SizeCoupling] = []
+    read: dict[torch.fx.Node, tuple[tuple[Leaf, ...], str]] = {}
     for node in graph.nodes:
         if node.op != "call_function" or not has_strategy(node):
             continue
@@ -218,7 +219,7 @@ def find_size_couplings(
         elif node.target in views:  # static views: DTensor localizes their sizes
             continue
         else:
-            out.extend(_unlocalized(node, has_strategy))
+            out.extend(_unlocalized(node, has_strategy, read))
             continue
         val = node.meta.get("val")
         if len(node.args) <= position or not isinstance(node.args[position], (list, tuple)):
@@ -245,9 +246,16 @@ def _position_ops() -> frozenset[Any]:
     return frozenset({torch.ops.prims.iota.default, aten.arange.default, aten.arange.start, aten.arange.start_step})
 
 
-def _unlocalized(node: torch.fx.Node, has_strategy: Callable[[torch.fx.Node], bool]) -> list[SizeCoupling]:
+def _unlocalized(
+    node: torch.fx.Node,
+    has_strategy: Callable[[torch.fx.Node], bool],
+    read: dict[torch.fx.Node, tuple[tuple[Leaf, ...], str]] | None = None,
+) -> list[SizeCoupling]:
     """(Z2) for the size arguments of ``node``, an op the apply does not localize: every size node
-    among its arguments that reads a planned tensor's dims (see the module docstring)."""
+    among its arguments that reads a planned tensor's dims (see the module docstring). ``read``
+    keeps each size node's planned leaves and text for the next consumer of the same node (a
+    multi-output op's results are read by one ``getitem`` each)."""
+    read = {} if read is None else read
     # only a size node among the inputs can couple: most nodes have none (no flattening then)
     if all(isinstance(x.meta.get("val"), torch.Tensor) for x in node.all_input_nodes):
         return []
@@ -260,10 +268,13 @@ def _unlocalized(node: torch.fx.Node, has_strategy: Callable[[torch.fx.Node], bo
     for value in flat:
         if not isinstance(value, torch.fx.Node) or isinstance(value.meta.get("val"), torch.Tensor):
             continue
-        leaves = tuple((x, d) for x, d in _leaves(value) if has_strategy(x))
+        if value not in read:
+            leaves = tuple((x, d) for x, d in _leaves(value) if has_strategy(x))
+            read[value] = (leaves, _text(value) if leaves else "")
+        leaves, text = read[value]
         if leaves:
             out.append(SizeCoupling(consumer=node, out_dim=0 if position_op else None, kind="global",
-                                    expr=_text(value), leaves=leaves))
+                                    expr=text, leaves=leaves))
     return out
 
 
