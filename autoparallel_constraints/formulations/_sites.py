@@ -87,9 +87,11 @@ def find_sites(
         return binding, memo.verdicts(binding, [(s.input_specs, s.output_specs) for s in strategies])
 
     sites: list[Site] = []
-    for node in opt.graph.nodes:
-        rule = by_op.get(node.target)
-        if rule is None or node not in opt.strats or node.op != "call_function":
+    # the rows' nodes from FX's index by (op, target), in graph order: no pass over every node
+    candidates = sorted(n for op in by_op for n in opt.graph.find_nodes(op="call_function", target=op, sort=False))
+    for node in candidates:
+        rule = by_op[node.target]
+        if node not in opt.strats:
             continue
         idx = opt.node_map[node]
         root_idx = node_root.get(idx, idx)

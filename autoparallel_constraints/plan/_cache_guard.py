@@ -140,12 +140,18 @@ def check_strategies(opt: Any, mesh: Any, *, per_cluster: bool = True) -> None:
         return key != want
 
     stale: list[str] = []
+    node_map = opt.node_map
+    read: dict[int, bool] = {}  # output specs already read (the cache's copies share them): stale?
     for node, op_strategy in opt.strats.items():
-        if linked and opt.node_map[node] in linked:
+        if linked and node_map[node] in linked:
             continue
         for strategy in getattr(op_strategy, "strategies", ()):
-            specs = strategy.output_specs if isinstance(strategy.output_specs, (list, tuple)) else [strategy.output_specs]
-            if any(spec is not None and differs(spec.mesh) for spec in specs):
+            out = strategy.output_specs
+            found = read.get(id(out))
+            if found is None:
+                specs = out if isinstance(out, (list, tuple)) else (out,)
+                found = read[id(out)] = any(spec is not None and differs(spec.mesh) for spec in specs)
+            if found:
                 stale.append(node.name)
                 break
         if len(stale) >= 5:

@@ -219,18 +219,21 @@ def build_nested_constraints(opt: ShardingOptimizer, namer: Namer, *, per_cluste
         return (bad, example) if bad else None
 
     unavoidable = []
+    node_map, missing = opt.node_map, object()
     for node, op_strategy in opt.strats.items():
+        idx = node_map[node]
+        root_idx = roots.get(idx, idx)
+        found = verdicts.get(root_idx, missing)
+        if found is None:  # most nodes: their root has no nested uneven strategy
+            continue
         strategies = getattr(op_strategy, "strategies", None)
         if not strategies:
             continue
-        idx = opt.node_map[node]
-        root_idx = roots.get(idx, idx)
-        if root_idx not in verdicts:
+        if found is missing:
             anchor = opt.nodes[root_idx] if per_cluster else node
-            verdicts[root_idx] = analyse(anchor, opt.strats[anchor].strategies)
-        found = verdicts[root_idx]
-        if found is None:
-            continue
+            found = verdicts[root_idx] = analyse(anchor, opt.strats[anchor].strategies)
+            if found is None:
+                continue
         bad, example = found
         if len(bad) == len(strategies):
             unavoidable.append(node.name)

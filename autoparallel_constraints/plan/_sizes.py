@@ -209,15 +209,21 @@ def find_size_couplings(
     total = math.prod(mesh_shape)
     out: list[SizeCoupling] = []
     read: dict[torch.fx.Node, tuple[tuple[Leaf, ...], str]] = {}
+    # The nodes that can couple, in graph order, without looking at every node's target: the
+    # factories (and with ``dynamic`` the views) from FX's index by target, and the users of a
+    # node whose value is not a tensor (a size, a tuple): only those read a size (_unlocalized).
+    shaped = factories | views if dynamic else factories
+    candidates = {n for t in shaped for n in graph.find_nodes(op="call_function", target=t, sort=False)}
     for node in graph.nodes:
-        if node.op != "call_function" or not has_strategy(node):
+        if not isinstance(node.meta.get("val"), torch.Tensor):
+            candidates.update(u for u in node.users if u.op == "call_function" and u.target not in views)
+    for node in sorted(candidates):
+        if not has_strategy(node):
             continue
         if node.target in factories:
             position = 0
-        elif dynamic and node.target in views:
+        elif node.target in views:  # only with ``dynamic``: DTensor localizes static views' sizes
             position = 1
-        elif node.target in views:  # static views: DTensor localizes their sizes
-            continue
         else:
             out.extend(_unlocalized(node, has_strategy, read))
             continue
@@ -426,7 +432,15 @@ def build_size_constraints(
     roots = node_roots(opt)
     fingerprints: dict[int, tuple[Any, ...]] = {}
 
+    idents: dict[torch.fx.Node, Any] = {}
+
     def ident(node: torch.fx.Node) -> tuple[int, tuple[Any, ...]] | int:
+        found = idents.get(node)
+        if found is None:
+            found = idents[node] = _ident(node)
+        return found
+
+    def _ident(node: torch.fx.Node) -> tuple[int, tuple[Any, ...]] | int:
         node = to_opt.get(node, node) if to_opt is not None else node
         idx = opt.node_map[node]
         if per_cluster:
@@ -441,10 +455,10 @@ def build_size_constraints(
 
     by_dim: dict[tuple[Any, int, int], list[pulp.LpVariable]] = {}
 
-    def dim_terms(node: torch.fx.Node, dim: int, m: int) -> list[pulp.LpVariable]:
+    def dim_terms(node: torch.fx.Node, dim: int, m: int, node_ident: Any = None) -> list[pulp.LpVariable]:
         """y[node, dim, m]'s variables (strategies whose output spec shards ``dim`` on mesh dim
         ``m``), built once per node identity (a linked node has its root's)."""
-        key = (ident(node), dim, m)
+        key = (ident(node) if node_ident is None else node_ident, dim, m)
         terms = by_dim.get(key)
         if terms is None:
             terms = by_dim[key] = strategies(node, lambda spec: _shards(spec, m, dim))
@@ -453,7 +467,9 @@ def build_size_constraints(
     built: set[tuple[Any, ...]] = set()
     built_rows: set[tuple[Any, ...]] = set()
     for c in couplings:
-        key = (c.kind, c.out_dim, c.size, ident(c.consumer), tuple((ident(x), d) for x, d in c.leaves))
+        consumer = ident(c.consumer)
+        leaves = [(ident(x), x, d) for x, d in c.leaves]
+        key = (c.kind, c.out_dim, c.size, consumer, tuple((i, d) for i, _, d in leaves))
         if key in built:
             continue
         built.add(key)
@@ -468,9 +484,9 @@ def build_size_constraints(
             # ``add`` would drop: skip building it (llama3 32 layers 8x8: each layer's unlinked
             # attention backward couples to the linked forward's q, k, v, 260 sums of ~2,400
             # terms for 4 rows).
-            parts = [(ident(x), d, 1) for x, d in c.leaves if dim_terms(x, d, m)]
-            if c.out_dim is not None and dim_terms(c.consumer, c.out_dim, m):
-                parts.append((ident(c.consumer), c.out_dim, sign))
+            parts = [(i, d, 1) for i, x, d in leaves if dim_terms(x, d, m, i)]
+            if c.out_dim is not None and dim_terms(c.consumer, c.out_dim, m, consumer):
+                parts.append((consumer, c.out_dim, sign))
             row_key = (c.kind, m, frozenset(collections.Counter(parts).items()))
             if row_key in built_rows:
                 continue
