@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Site", "find_sites", "node_roots", "strategy_indicator", "twin_count"]
+__all__ = ["Site", "cluster_layout", "find_sites", "node_roots", "strategy_indicator", "twin_count"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,18 +140,32 @@ def node_roots(opt: ShardingOptimizer) -> dict[int, int]:
     a pass over ``cluster_links`` (one entry per linked variable, ~10^5-10^6 at real depth).
     Cached on the optimizer while ``cluster_links`` keeps its size.
     """
+    return cluster_layout(opt)[0]
+
+
+def cluster_layout(opt: ShardingOptimizer) -> tuple[dict[int, int], tuple[int, ...], dict[int, list[int]]]:
+    """(:func:`node_roots`, the node indices linked to no root — the roots and every node of a
+    non-repeated part — in order, and root index -> its linked nodes' indices in order), from one
+    pass over the nodes, cached with :func:`node_roots`: the per-cluster passes visit the roots
+    and reach a root's twins without walking every node again."""
     links = opt.cluster_links
     cached = getattr(opt, "_apc_node_roots", None)
     if cached is not None and cached[0] == len(links):
         return cached[1]
     roots: dict[int, int] = {}
-    if links:
-        for idx in range(len(opt.nodes)):
-            root_key = links.get((idx, 0, 0, 0))
-            if root_key is not None:
-                roots[idx] = root_key[0]
-    opt._apc_node_roots = (len(links), roots)
-    return roots
+    unlinked: list[int] = []
+    members: dict[int, list[int]] = {}
+    get = links.get
+    for idx in range(len(opt.nodes)):
+        root_key = get((idx, 0, 0, 0)) if links else None
+        if root_key is None:
+            unlinked.append(idx)
+        else:
+            roots[idx] = root_key[0]
+            members.setdefault(root_key[0], []).append(idx)
+    layout = (roots, tuple(unlinked), members)
+    opt._apc_node_roots = (len(links), layout)
+    return layout
 
 
 def twin_count(opt: ShardingOptimizer, root_idx: int) -> int:

@@ -127,9 +127,7 @@ def check_strategies(opt: Any, mesh: Any, *, per_cluster: bool = True) -> None:
     from the same placement-option cache entry as the root's (the cache is keyed by the op and its
     inputs' placements and metadata, equal for both). ``False`` reads every node.
     """
-    from ..formulations._sites import node_roots
-
-    linked = node_roots(opt) if per_cluster else {}
+    from ..formulations._sites import cluster_layout
     want = mesh_key(mesh)
     keys: dict[int, tuple] = {id(mesh): want}  # meshes are few: key each object once
 
@@ -140,11 +138,11 @@ def check_strategies(opt: Any, mesh: Any, *, per_cluster: bool = True) -> None:
         return key != want
 
     stale: list[str] = []
-    node_map = opt.node_map
     read: dict[int, bool] = {}  # output specs already read (the cache's copies share them): stale?
-    for node, op_strategy in opt.strats.items():
-        if linked and node_map[node] in linked:
-            continue
+    visit: Any = opt.strats.items()
+    if per_cluster:  # the roots and the nodes of non-repeated parts, in order
+        visit = ((node, opt.strats[node]) for node in map(opt.nodes.__getitem__, cluster_layout(opt)[1]))
+    for node, op_strategy in visit:
         for strategy in getattr(op_strategy, "strategies", ()):
             out = strategy.output_specs
             found = read.get(id(out))

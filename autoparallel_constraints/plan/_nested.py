@@ -178,7 +178,7 @@ def build_nested_constraints(opt: ShardingOptimizer, namer: Namer, *, per_cluste
     mesh dims of size > 1 (:func:`_may_nest`), and only then keyed and memoized.
     """
     from ..formulations import Additions
-    from ..formulations._sites import node_roots, strategy_indicator
+    from ..formulations._sites import cluster_layout, node_roots, strategy_indicator
 
     out = Additions()
     forbidden: dict[torch.fx.Node, frozenset[int]] = {}
@@ -218,9 +218,22 @@ def build_nested_constraints(opt: ShardingOptimizer, namer: Namer, *, per_cluste
                 example = example or found
         return (bad, example) if bad else None
 
+    visit: Any = opt.strats.items()
+    if per_cluster:
+        # analyse the roots (and the nodes of non-repeated parts); visit, in order, only the
+        # nodes of the clusters with a verdict: the roots' twins are reached through the layout
+        _, unlinked, members = cluster_layout(opt)
+        order: list[int] = []
+        for idx in unlinked:
+            node = opt.nodes[idx]
+            strategies = getattr(opt.strats[node], "strategies", None)
+            found = verdicts[idx] = analyse(node, strategies) if strategies else None
+            if found is not None:
+                order += [idx, *members.get(idx, ())]
+        visit = [(opt.nodes[i], opt.strats[opt.nodes[i]]) for i in sorted(order)]
     unavoidable = []
     node_map, missing = opt.node_map, object()
-    for node, op_strategy in opt.strats.items():
+    for node, op_strategy in visit:
         idx = node_map[node]
         root_idx = roots.get(idx, idx)
         found = verdicts.get(root_idx, missing)
