@@ -57,8 +57,8 @@ def reference_size_rows(opt: Any, couplings: Any) -> list[tuple[str, str]]:
 
     for c in couplings:
         if c.kind == "even":
-            add("even", pulp.lpSum(y(c.consumer, lambda s: c.size % _sizes._ways(s, c.out_dim, mesh_shape) != 0)),
-                f"{c.describe()} is split only evenly")
+            uneven = y(c.consumer, lambda s: c.size % _sizes._ways(s, c.out_dim, mesh_shape) != 0)
+            add("even", pulp.lpSum(uneven), f"{c.describe()} is split only evenly")
             continue
         for m in range(len(mesh_shape)):
             leaves = [v for x, d in c.leaves for v in y(x, lambda s: _sizes._shards(s, m, d))]

@@ -1,6 +1,9 @@
 """Guards the plugin on repeated layers (autoparallel's cluster links): one decision per cluster
 root binds every layer, explicit's cost enters the objective once per layer (autoparallel's own
-multiplier), and every layer gets its own materialized node — exact under LocalTensorMode."""
+multiplier), and every layer gets its own materialized node — exact under LocalTensorMode; and
+the plugin's analysis done once per cluster root (``_plugin.PER_CLUSTER``) adds exactly what the
+analysis of every node adds (rows, bounds, notes, variables, sites, nested verdicts, size rows as
+a plain build makes them) and leads to the same objective and strategy for every node."""
 
 from __future__ import annotations
 
@@ -143,7 +146,8 @@ def _build_both_ways(model_fn, input_fn, mesh_shape, input_placements, formulati
                 record = {
                     "rows": {n: (sorted((v.name, k) for v, k in c.items()), c.constant, c.sense)
                              for n, c in a.constraints.items()},
-                    "bounds": {n: (sorted(v.name for v in b.variables), b.low, b.up) for n, b in a.bounds.items()},
+                    "bounds": {n: (sorted(v.name for v in b.variables), b.low, b.up)
+                               for n, b in a.bounds.items()},
                     "notes": dict(a.notes),
                     "variables": sorted(a.variables),
                     "objective_terms": sorted((v.name, c) for v, c in a.objective),
@@ -177,7 +181,7 @@ def _assert_same(both, families=("nested.even", "strict.forbid"), linked=True):
     assert every["size_rows"] == every["reference_size_rows"]
     # the comparison means something only with repeated layers and rows of each family
     if linked:
-        assert any(site[1] != site[2] for site in every["sites"]), "the model must have cluster-linked table nodes"
+        assert any(site[1] != site[2] for site in every["sites"]), "the model needs cluster-linked table nodes"
     found = {n.rsplit("_", 1)[0] for n in [*every["rows"], *every["bounds"]]}
     assert set(families) <= found, found
 
@@ -190,9 +194,9 @@ def seed_stack_both_ways():
 
 def test_per_cluster_adds_what_every_node_adds_on_the_seed_stack(seed_stack_both_ways):
     """The seed block stacked twice on 2x2 (cluster-linked layers, heads 6 nested uneven over
-    both mesh dims, the illegal index_put strategy offered): rows, bounds, notes, variables, sites (bindings and verdicts) and the nested
-    verdicts are equal, name for name and coefficient for coefficient, and so are the objective
-    and every node's strategy."""
+    both mesh dims, the illegal index_put strategy offered): rows, bounds, notes, variables, sites
+    (bindings and verdicts) and the nested verdicts are equal, name for name and coefficient for
+    coefficient, and so are the objective and every node's strategy."""
     _assert_same(seed_stack_both_ways, ("nested.even", "strict.forbid", "size.even"))
 
 
@@ -215,14 +219,14 @@ def _repeated_fuzz_models(draw: st.DrawFn):
 
     heads = draw(st.sampled_from([3, 6]))  # 3 or 6 heads over 2x2: nested uneven views
     kinds = draw(st.lists(st.sampled_from(MENU), min_size=1, max_size=3))
-    steps = tuple(Step(k, draw(st.integers(0, heads - 1)) if k == "index_put" else draw(st.integers(1, heads - 1)))
-                  for k in kinds)
+    steps = tuple(Step(k, draw(st.integers(0 if k == "index_put" else 1, heads - 1))) for k in kinds)
     return ModelSpec(batch=4, seq=4, heads=heads, head_dim=2, steps=steps + steps, mesh=(2, 2),
                      input_placements=("S0", "R"))
 
 
 @pytest.mark.full
-@settings(max_examples=3, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=3, derandomize=True, deadline=None, database=None,
+          suppress_health_check=list(HealthCheck))
 @given(_repeated_fuzz_models())
 def test_per_cluster_adds_what_every_node_adds_on_fuzz_draws(spec):
     """Fuzz draws of a repeated block: the same additions, sites and plan either way."""

@@ -1,7 +1,8 @@
 """Guards the plugin's work at depth: rule verdicts memoized by (binding, input specs, output spec)
 (``CheckMemo``) are exactly the unmemoized ``check`` verdicts, twins of a repeated layer reuse
-their root's verdicts (and per cluster are not checked at all), a second identical query hits the memo, and ``add_op_constraints`` adds
-the same rows with and without the memo (strict's build from either set of sites)."""
+their root's verdicts (and per cluster are not checked at all), a second identical query hits the
+memo, and ``add_op_constraints`` adds the same rows with and without the memo (strict's build
+from either set of sites); size rows skipped before building equal a plain build of every coupling."""
 
 from __future__ import annotations
 
