@@ -1,14 +1,23 @@
 """Guards the plugin on repeated layers (autoparallel's cluster links): one decision per cluster
 root binds every layer, explicit's cost enters the objective once per layer (autoparallel's own
-multiplier), and every layer gets its own materialized node — exact under LocalTensorMode."""
+multiplier), and every layer gets its own materialized node — exact under LocalTensorMode; and
+the plugin's analysis done once per cluster root (``_plugin.PER_CLUSTER``) adds exactly what the
+analysis of every node adds (rows, bounds, notes, variables, sites, nested verdicts, size rows as
+a plain build makes them) and leads to the same objective and strategy for every node."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from torch.distributed.tensor.placement_types import Replicate, Shard
 
 import autoparallel_constraints as apc
+from _ilp import reference_size_rows
+
 from autoparallel_constraints.lab import run_model
 from autoparallel_constraints.models import SeedConfig, SeedStack
 from autoparallel_constraints.plan._plugin import get_state
@@ -108,3 +117,121 @@ def test_explicit_on_linked_layers_prices_each_layer_and_materializes_each(make_
     assert len({r.constraint for r in reds}) == 1  # one decision for the cluster
     assert {r.parallel_node for r in reds} == {"apc_explicit_redistribute_000", "apc_explicit_redistribute_000_1"}
     assert seen["objective"] == pytest.approx(base.objective + 2 * reds[0].cost, rel=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# The plugin's work once per cluster root (``_plugin.PER_CLUSTER``) against every node
+
+
+def _build_both_ways(model_fn, input_fn, mesh_shape, input_placements, formulation="strict"):
+    """Build and solve one model twice, matching, binding, sizing and nested analysis per cluster
+    root and then on every node; what each added (names, coefficients, right-hand sides, bounds,
+    notes, variables), its sites and nested verdicts, and its plan (objective, every node's strategy)."""
+    from autoparallel.api import AutoParallel
+
+    from autoparallel_constraints.plan import _plugin
+    from autoparallel_constraints.testing import cpu_mesh
+
+    out = {}
+    for per_cluster in (True, False):
+        with torch.device("meta"):
+            model = model_fn()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(_plugin, "PER_CLUSTER", per_cluster)
+            with AutoParallel(model, input_fn, cpu_mesh(mesh_shape)) as autop:
+                autop.add_input_constraints(input_placements)
+                autop.add_op_constraints(formulation=formulation, solver="highs")
+                state = get_state(autop)
+                a = state.additions
+                record = {
+                    "rows": {n: (sorted((v.name, k) for v, k in c.items()), c.constant, c.sense)
+                             for n, c in a.constraints.items()},
+                    "bounds": {n: (sorted(v.name for v in b.variables), b.low, b.up)
+                               for n, b in a.bounds.items()},
+                    "notes": dict(a.notes),
+                    "variables": sorted(a.variables),
+                    "objective_terms": sorted((v.name, c) for v, c in a.objective),
+                    "sites": [(s.orig.name, s.node_idx, s.root_idx, s.rule.name, s.binding, s.verdicts)
+                              for s in state.sites],
+                    "nested_forbidden": {n.name: sorted(o) for n, o in state.nested_forbidden.items()},
+                }
+                if not per_cluster:  # the size rows built the plain way, every coupling summed in full
+                    from autoparallel_constraints.plan._sizes import find_size_couplings, is_dynamic
+
+                    opt = autop.sharding_optimizer
+                    to_opt = getattr(opt, "_orig_to_concrete", None) or {}
+                    couplings = find_size_couplings(autop.gm.graph, lambda n: to_opt.get(n, n) in opt.strats,
+                                                    mesh_shape, dynamic=is_dynamic(autop.gm))
+                    record["size_rows"] = [(str(a.constraints[n]), a.notes[n]) for n in a.constraints
+                                           if n.startswith("size.")]
+                    record["reference_size_rows"] = reference_size_rows(opt, [
+                        replace(c, consumer=to_opt.get(c.consumer, c.consumer),
+                                leaves=tuple((to_opt.get(x, x), d) for x, d in c.leaves)) for c in couplings])
+                placement = autop.optimize_placement()
+                record["objective"] = autop.sharding_optimizer.prob.objective.value()
+                record["plan"] = {n.name: str(s) for n, s in placement.items()}
+        out[per_cluster] = record
+    return out
+
+
+def _assert_same(both, families=("nested.even", "strict.forbid"), linked=True):
+    clustered, every = both[True], both[False]
+    for key in clustered:
+        assert clustered[key] == every[key], key
+    assert every["size_rows"] == every["reference_size_rows"]
+    # the comparison means something only with repeated layers and rows of each family
+    if linked:
+        assert any(site[1] != site[2] for site in every["sites"]), "the model needs cluster-linked table nodes"
+    found = {n.rsplit("_", 1)[0] for n in [*every["rows"], *every["bounds"]]}
+    assert set(families) <= found, found
+
+
+@pytest.fixture(scope="module")
+def seed_stack_both_ways():
+    with _offer():  # index_put's illegal strategy in both layers: strict forbids it on the root
+        return _build_both_ways(_model, lambda: _model().make_input(), (2, 2), [BATCH])
+
+
+def test_per_cluster_adds_what_every_node_adds_on_the_seed_stack(seed_stack_both_ways):
+    """The seed block stacked twice on 2x2 (cluster-linked layers, heads 6 nested uneven over
+    both mesh dims, the illegal index_put strategy offered): rows, bounds, notes, variables, sites
+    (bindings and verdicts) and the nested verdicts are equal, name for name and coefficient for
+    coefficient, and so are the objective and every node's strategy."""
+    _assert_same(seed_stack_both_ways, ("nested.even", "strict.forbid", "size.even"))
+
+
+@pytest.mark.parametrize("layers", [pytest.param(2, marks=pytest.mark.full),
+                                    pytest.param(8, marks=pytest.mark.ondemand)])  # 8 layers: 130 s on 2 cores
+def test_per_cluster_adds_what_every_node_adds_on_llama3(layers):
+    """autoparallel's llama3 (small shapes, 6 heads: nested uneven on 2x2) at 2 and 8 layers: its
+    attention couples sizes on both mesh dims (size.global), its table ops have forbidden strategies."""
+    from autoparallel_constraints.models import llama3_small
+
+    model_fn, input_fn = llama3_small(n_layers=layers, dim=96, n_heads=6, n_kv_heads=2)
+    _assert_same(_build_both_ways(model_fn, input_fn, (2, 2), [(Shard(0), R)]),
+                 ("nested.even", "size.global", "strict.forbid"))
+
+
+@st.composite
+def _repeated_fuzz_models(draw: st.DrawFn):
+    """A fuzz model (``harness._fuzz``) on 2x2 whose steps run twice: autoparallel links the copies."""
+    from autoparallel_constraints.harness._fuzz import MENU, ModelSpec, Step
+
+    heads = draw(st.sampled_from([3, 6]))  # 3 or 6 heads over 2x2: nested uneven views
+    kinds = draw(st.lists(st.sampled_from(MENU), min_size=1, max_size=3))
+    steps = tuple(Step(k, draw(st.integers(0 if k == "index_put" else 1, heads - 1))) for k in kinds)
+    return ModelSpec(batch=4, seq=4, heads=heads, head_dim=2, steps=steps + steps, mesh=(2, 2),
+                     input_placements=("S0", "R"))
+
+
+@pytest.mark.full
+@settings(max_examples=3, derandomize=True, deadline=None, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(_repeated_fuzz_models())
+def test_per_cluster_adds_what_every_node_adds_on_fuzz_draws(spec):
+    """Fuzz draws of a repeated block: the same additions, sites and plan either way."""
+    from autoparallel_constraints.harness._fuzz import FuzzModel
+
+    both = _build_both_ways(lambda: FuzzModel(spec), lambda: torch.randn(spec.batch, spec.seq, spec.hidden),
+                            spec.mesh, [BATCH])
+    _assert_same(both, families=(), linked=False)

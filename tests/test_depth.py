@@ -1,7 +1,8 @@
 """Guards the plugin's work at depth: rule verdicts memoized by (binding, input specs, output spec)
 (``CheckMemo``) are exactly the unmemoized ``check`` verdicts, twins of a repeated layer reuse
-their root's verdicts, a second identical query hits the memo, and ``add_op_constraints`` adds
-the same rows with and without the memo (strict's build from either set of sites)."""
+their root's verdicts (and per cluster are not checked at all), a second identical query hits the
+memo, and ``add_op_constraints`` adds the same rows with and without the memo (strict's build
+from either set of sites); size rows skipped before building equal a plain build of every coupling."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import autoparallel_constraints  # noqa: F401  (installs add_op_constraints)
 from autoparallel_constraints.formulations import Namer, _sites, make_formulation
 from autoparallel_constraints.models import llama3_small
 from autoparallel_constraints.table import CheckMemo, bind, check, default_table
+from _ilp import reference_size_rows
 
 
 class _NoMemo(CheckMemo):
@@ -40,8 +42,8 @@ def llama3_sites():
         opt = autop.sharding_optimizer
         rules = default_table().select(None)
         memo = CheckMemo()
-        memoized, _ = _sites.find_sites(opt, rules, memo)
-        plain, _ = _sites.find_sites(opt, rules, _NoMemo())
+        memoized, _ = _sites.find_sites(opt, rules, memo, per_cluster=False)
+        plain, _ = _sites.find_sites(opt, rules, _NoMemo(), per_cluster=False)
         yield opt, rules, memo, memoized, plain
 
 
@@ -55,11 +57,21 @@ def test_memoized_verdicts_equal_unmemoized(llama3_sites):
 
 
 def test_twins_reuse_the_roots_verdicts(llama3_sites):
-    """With 2 cluster-linked layers, most lookups are hits: at least the twin's strategies."""
-    _, _, memo, memoized, _ = llama3_sites
+    """With 2 cluster-linked layers, most lookups are hits: at least the twin's strategies. Per
+    cluster (the plugin's path), the twins are not looked up at all: the memo sees exactly the
+    roots' strategies, and the sites are the per-node ones (bindings and verdicts equal)."""
+    opt, rules, memo, memoized, _ = llama3_sites
     twins = [s for s in memoized if not s.is_root]
     assert twins, "llama3's layers must be cluster-linked"
     assert memo.hits >= sum(s.num_strategies for s in twins)
+    per_root = CheckMemo()
+    clustered, _ = _sites.find_sites(opt, rules, per_root)
+    assert per_root.hits + per_root.misses == sum(s.num_strategies for s in clustered if s.is_root)
+
+    def fields(sites):
+        return [(s.node, s.orig, s.node_idx, s.root_idx, s.rule, s.binding, s.verdicts) for s in sites]
+
+    assert fields(clustered) == fields(memoized)
 
 
 def test_second_identical_query_hits(llama3_sites):
@@ -128,7 +140,8 @@ def test_pin_checks_read_only_the_pins_variables(llama3_sites, monkeypatch):
 
 def test_size_rows_of_twins_are_not_built_again(llama3_sites, monkeypatch):
     """A repeated layer's size couplings resolve to its root's variables: skipping them before
-    building gives the rows (and notes) building every coupling gives, with fewer sums built."""
+    building gives the rows (and notes) building every coupling gives, with fewer sums built, and
+    the rows (and notes) a plain build of every coupling and mesh dim gives."""
     from autoparallel_constraints.plan import _sizes
 
     opt = llama3_sites[0]
@@ -154,6 +167,7 @@ def test_size_rows_of_twins_are_not_built_again(llama3_sites, monkeypatch):
     assert fast, "the model must have size couplings for the comparison to mean anything"
     assert (fast, fast_notes) == (every, every_notes)
     assert fast_built < every_built, (fast_built, every_built)
+    assert [(fast[n], fast_notes[n]) for n in fast] == reference_size_rows(opt, couplings)
 
 
 def test_highs_routes_build_autoparallels_objective_in_bulk(llama3_sites, monkeypatch):

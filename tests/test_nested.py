@@ -145,3 +145,39 @@ def test_a_pinned_parameter_keeps_the_memory_budget_solvable() -> None:
     report = run_numerics(*_linear(), (2, 2), configure=pin_bias_then_default_call)
     assert report.error is None and report.ok, str(report)
     assert report.physical["param:bias"] == (R, R)
+
+
+def test_strategies_without_a_doubly_split_dim_are_skipped_with_the_same_rows(monkeypatch) -> None:
+    """(N1)'s build looks only at strategies where some spec splits a tensor dim over two or more
+    mesh dims (``_may_nest``); looking at every strategy gives the same rows, notes and forbidden
+    strategies, and on 2x2 the filter skips most strategies (the cost of the build at depth)."""
+    from autoparallel.api import AutoParallel
+
+    from autoparallel_constraints.formulations import Namer
+    from autoparallel_constraints.plan import _nested
+
+    model_fn, input_fn = _linear()
+    with torch.device("meta"):
+        model = model_fn()
+    with AutoParallel(model, input_fn, cpu_mesh((2, 2))) as autop:
+        opt = autop.sharding_optimizer
+        calls = {True: 0, False: 0}
+        may_nest = _nested._may_nest
+
+        def counted(strategy, active):
+            found = may_nest(strategy, active)
+            calls[found] += 1
+            return found
+
+        def rows():
+            built = _nested.build_nested_constraints(opt, Namer("nested"), per_cluster=False)
+            return ({n: str(c) for n, c in built.additions.constraints.items()}, built.additions.notes,
+                    {n.name: sorted(o) for n, o in built.forbidden.items()})
+
+        monkeypatch.setattr(_nested, "_may_nest", counted)
+        filtered = rows()
+        monkeypatch.setattr(_nested, "_may_nest", lambda strategy, active: True)
+        every = rows()
+    assert filtered[0], "the bias of 10 over 2x2 must give (N1) rows for the comparison to mean anything"
+    assert filtered == every
+    assert calls[False] > calls[True] > 0, calls

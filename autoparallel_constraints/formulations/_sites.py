@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Site", "find_sites", "node_roots", "strategy_indicator", "twin_count"]
+__all__ = ["Site", "cluster_layout", "find_sites", "node_roots", "strategy_indicator", "twin_count"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,9 +55,18 @@ class Site:
 
 
 def find_sites(
-    opt: ShardingOptimizer, rules: Sequence[OpRule], memo: CheckMemo | None = None
+    opt: ShardingOptimizer, rules: Sequence[OpRule], memo: CheckMemo | None = None, *, per_cluster: bool = True
 ) -> tuple[list[Site], float]:
     """Sites of ``rules`` in the optimizer's graph, in graph order, and the seconds it took.
+
+    ``per_cluster`` (the default): a node autoparallel links to a cluster root (repeated layers,
+    ``cluster_links``) takes its root's binding and verdicts, as it takes its root's variables;
+    only roots (and every node of a graph without repeated layers) are bound and checked. This is
+    exact: autoparallel links two nodes only when their op, arguments (values and tensor
+    metadata) and the printed strategies of the node and of its inputs (placements, shapes, dtypes
+    of every spec, in order) are equal (``graph_clustering._hash_node``), and a binding and a
+    verdict read nothing else. ``per_cluster=False`` binds and checks every node (the proof that
+    both agree is ``tests/test_clusters.py``).
 
     Verdicts go through ``memo`` (a fresh :class:`CheckMemo` by default): a strategy whose
     (binding, input specs, output specs) was checked before — on this node or on a twin in
@@ -67,29 +76,47 @@ def find_sites(
     memo = CheckMemo() if memo is None else memo
     by_op = {r.op: r for r in rules}
     node_root = node_roots(opt)
-    sites: list[Site] = []
-    for node in opt.graph.nodes:
-        rule = by_op.get(node.target)
-        if rule is None or node not in opt.strats or node.op != "call_function":
-            continue
+    # root node index -> (binding, verdicts), or None when the root binds to nothing
+    by_root: dict[int, tuple[Binding, tuple[tuple[Mismatch, ...], ...]] | None] = {}
+
+    def analyse(node: torch.fx.Node, rule: OpRule) -> tuple[Binding, tuple[tuple[Mismatch, ...], ...]] | None:
         binding = bind(rule, node, is_input=lambda n: n in opt.strats)
         if binding is None:
-            continue
+            return None
         strategies = opt.strats[node].strategies
-        verdicts = memo.verdicts(binding, [(s.input_specs, s.output_specs) for s in strategies])
+        return binding, memo.verdicts(binding, [(s.input_specs, s.output_specs) for s in strategies])
+
+    sites: list[Site] = []
+    # the rows' nodes from FX's index by (op, target), in graph order: no pass over every node
+    candidates = sorted(n for op in by_op for n in opt.graph.find_nodes(op="call_function", target=op, sort=False))
+    for node in candidates:
+        rule = by_op[node.target]
+        if node not in opt.strats:
+            continue
         idx = opt.node_map[node]
+        root_idx = node_root.get(idx, idx)
+        if not per_cluster:
+            found = analyse(node, rule)
+        elif root_idx in by_root:
+            found = by_root[root_idx]
+        else:
+            found = by_root[root_idx] = analyse(opt.nodes[root_idx], rule)
+        if found is None:
+            continue
+        binding, verdicts = found
         sites.append(
             Site(
                 node=node,
                 orig=opt._concrete_to_orig.get(node, node),
                 node_idx=idx,
-                root_idx=node_root.get(idx, idx),
+                root_idx=root_idx,
                 rule=rule,
                 binding=binding,
                 verdicts=verdicts,
             )
         )
-    logger.debug("apc: find_sites: %d sites, %d checks, %d reused", len(sites), memo.misses, memo.hits)
+    logger.debug("apc: find_sites: %d sites, %d roots analysed, %d checks, %d reused", len(sites), len(by_root),
+                  memo.misses, memo.hits)
     return sites, time.perf_counter() - t0
 
 
@@ -113,18 +140,32 @@ def node_roots(opt: ShardingOptimizer) -> dict[int, int]:
     a pass over ``cluster_links`` (one entry per linked variable, ~10^5-10^6 at real depth).
     Cached on the optimizer while ``cluster_links`` keeps its size.
     """
+    return cluster_layout(opt)[0]
+
+
+def cluster_layout(opt: ShardingOptimizer) -> tuple[dict[int, int], tuple[int, ...], dict[int, list[int]]]:
+    """(:func:`node_roots`, the node indices linked to no root — the roots and every node of a
+    non-repeated part — in order, and root index -> its linked nodes' indices in order), from one
+    pass over the nodes, cached with :func:`node_roots`: the per-cluster passes visit the roots
+    and reach a root's twins without walking every node again."""
     links = opt.cluster_links
     cached = getattr(opt, "_apc_node_roots", None)
     if cached is not None and cached[0] == len(links):
         return cached[1]
     roots: dict[int, int] = {}
-    if links:
-        for idx in range(len(opt.nodes)):
-            root_key = links.get((idx, 0, 0, 0))
-            if root_key is not None:
-                roots[idx] = root_key[0]
-    opt._apc_node_roots = (len(links), roots)
-    return roots
+    unlinked: list[int] = []
+    members: dict[int, list[int]] = {}
+    get = links.get
+    for idx in range(len(opt.nodes)):
+        root_key = get((idx, 0, 0, 0)) if links else None
+        if root_key is None:
+            unlinked.append(idx)
+        else:
+            roots[idx] = root_key[0]
+            members.setdefault(root_key[0], []).append(idx)
+    layout = (roots, tuple(unlinked), members)
+    opt._apc_node_roots = (len(links), layout)
+    return layout
 
 
 def twin_count(opt: ShardingOptimizer, root_idx: int) -> int:

@@ -119,8 +119,15 @@ def install() -> None:
         AutoParallel.__enter__ = _wrap_enter(AutoParallel.__enter__)
 
 
-def check_strategies(opt: Any, mesh: Any) -> None:
-    """Raise :class:`StaleStrategiesError` if any strategy of ``opt`` was computed for another mesh."""
+def check_strategies(opt: Any, mesh: Any, *, per_cluster: bool = True) -> None:
+    """Raise :class:`StaleStrategiesError` if any strategy of ``opt`` was computed for another mesh.
+
+    ``per_cluster`` (the default): nodes autoparallel links to a cluster root are not read again;
+    it links nodes whose strategies print the same (every spec and the mesh's shape), which come
+    from the same placement-option cache entry as the root's (the cache is keyed by the op and its
+    inputs' placements and metadata, equal for both). ``False`` reads every node.
+    """
+    from ..formulations._sites import cluster_layout
     want = mesh_key(mesh)
     keys: dict[int, tuple] = {id(mesh): want}  # meshes are few: key each object once
 
@@ -131,10 +138,18 @@ def check_strategies(opt: Any, mesh: Any) -> None:
         return key != want
 
     stale: list[str] = []
-    for node, op_strategy in opt.strats.items():
+    read: dict[int, bool] = {}  # output specs already read (the cache's copies share them): stale?
+    visit: Any = opt.strats.items()
+    if per_cluster:  # the roots and the nodes of non-repeated parts, in order
+        visit = ((node, opt.strats[node]) for node in map(opt.nodes.__getitem__, cluster_layout(opt)[1]))
+    for node, op_strategy in visit:
         for strategy in getattr(op_strategy, "strategies", ()):
-            specs = strategy.output_specs if isinstance(strategy.output_specs, (list, tuple)) else [strategy.output_specs]
-            if any(spec is not None and differs(spec.mesh) for spec in specs):
+            out = strategy.output_specs
+            found = read.get(id(out))
+            if found is None:
+                specs = out if isinstance(out, (list, tuple)) else (out,)
+                found = read[id(out)] = any(spec is not None and differs(spec.mesh) for spec in specs)
+            if found:
                 stale.append(node.name)
                 break
         if len(stale) >= 5:

@@ -167,45 +167,101 @@ def nested_uneven_specs(
     return bad
 
 
-def build_nested_constraints(opt: ShardingOptimizer, namer: Namer) -> NestedRows:
-    """(N1) for every node of ``opt`` with a nested uneven strategy, deduplicated across repeated layers."""
+def build_nested_constraints(opt: ShardingOptimizer, namer: Namer, *, per_cluster: bool = True) -> NestedRows:
+    """(N1) for every node of ``opt`` with a nested uneven strategy, one row per cluster root.
+
+    ``per_cluster`` (the default): a node linked to a cluster root (repeated layers) takes the
+    root's verdicts, as it takes the root's variables: autoparallel links nodes only when every
+    strategy prints the same (placements and shapes of every spec, in order), which is all a
+    verdict reads. ``False`` analyses every node (rows deduplicated by their variables). Either
+    way a strategy is looked at only when one of its specs shards some tensor dim over two or more
+    mesh dims of size > 1 (:func:`_may_nest`), and only then keyed and memoized.
+    """
     from ..formulations import Additions
-    from ..formulations._sites import strategy_indicator
+    from ..formulations._sites import cluster_layout, node_roots, strategy_indicator
 
     out = Additions()
     forbidden: dict[torch.fx.Node, frozenset[int]] = {}
     mesh_shape = tuple(opt.mesh.shape)
-    if sum(s > 1 for s in mesh_shape) < 2:
+    active = tuple(m for m, s in enumerate(mesh_shape) if s > 1)
+    if len(active) < 2:
         return NestedRows(out, forbidden)  # nesting needs two mesh dims of size > 1
-    seen: set[tuple[str, ...]] = set()
+    roots = node_roots(opt) if per_cluster else {}
+    seen: set[Any] = set()
     cache: dict[tuple[Any, ...], tuple[str, Any, NestedUneven] | None] = {}
+    # node index (a root's) -> (forbidden strategies, an example), or None when none is forbidden
+    verdicts: dict[int, tuple[list[int], tuple[str, Any, NestedUneven]] | None] = {}
+
+    # autoparallel's placement-option cache hands out strategies whose spec objects are shared
+    # (``_copy_op_strategy``): the same objects (and node shape) have the same verdict, looked
+    # up by identity (the objects live in ``opt.strats`` throughout) before anything is read
+    by_objects: dict[tuple[int, int, Any], tuple[str, Any, NestedUneven] | None] = {}
+
+    def analyse(node: torch.fx.Node, strategies: Sequence[Any]) -> tuple[list[int], Any] | None:
+        val = node.meta.get("val")
+        val_shape = _shape(None, val) if isinstance(val, torch.Tensor) else None  # once per node
+        bad: list[int] = []
+        example = None
+        for o, strategy in enumerate(strategies):
+            ident = (id(strategy.output_specs), id(strategy.input_specs), val_shape)
+            if ident in by_objects:
+                found = by_objects[ident]
+            elif not _may_nest(strategy, active):
+                found = by_objects[ident] = None
+            else:
+                key = _key(strategy, val_shape)
+                if key not in cache:
+                    cache[key] = _strategy_uneven(strategy, mesh_shape, val)
+                found = by_objects[ident] = cache[key]
+            if found is not None:
+                bad.append(o)
+                example = example or found
+        return (bad, example) if bad else None
+
+    visit: Any = opt.strats.items()
+    if per_cluster:
+        # analyse the roots (and the nodes of non-repeated parts); visit, in order, only the
+        # nodes of the clusters with a verdict: the roots' twins are reached through the layout
+        _, unlinked, members = cluster_layout(opt)
+        order: list[int] = []
+        for idx in unlinked:
+            node = opt.nodes[idx]
+            strategies = getattr(opt.strats[node], "strategies", None)
+            found = verdicts[idx] = analyse(node, strategies) if strategies else None
+            if found is not None:
+                order += [idx, *members.get(idx, ())]
+        visit = [(opt.nodes[i], opt.strats[opt.nodes[i]]) for i in sorted(order)]
     unavoidable = []
-    for node, op_strategy in opt.strats.items():
+    node_map, missing = opt.node_map, object()
+    for node, op_strategy in visit:
+        idx = node_map[node]
+        root_idx = roots.get(idx, idx)
+        found = verdicts.get(root_idx, missing)
+        if found is None:  # most nodes: their root has no nested uneven strategy
+            continue
         strategies = getattr(op_strategy, "strategies", None)
         if not strategies:
             continue
-        val = node.meta.get("val")
-        bad: list[int] = []
-        example: tuple[str, Any, NestedUneven] | None = None
-        for o, strategy in enumerate(strategies):
-            key = _key(strategy, val)
-            if key not in cache:
-                cache[key] = _strategy_uneven(strategy, mesh_shape, val)
-            if cache[key] is not None:
-                bad.append(o)
-                example = example or cache[key]
-        if not bad:
-            continue
+        if found is missing:
+            anchor = opt.nodes[root_idx] if per_cluster else node
+            found = verdicts[root_idx] = analyse(anchor, opt.strats[anchor].strategies)
+            if found is None:
+                continue
+        bad, example = found
         if len(bad) == len(strategies):
             unavoidable.append(node.name)
             continue
         forbidden[node] = frozenset(bad)
-        idx = opt.node_map[node]
+        if per_cluster:
+            if root_idx in seen:  # a repeated layer's node: its root's variables have their row
+                continue
+            seen.add(root_idx)
         terms = [v for o in bad for v in strategy_indicator(opt, idx, o)]
-        names = tuple(sorted(v.name for v in terms))
-        if names in seen:  # a repeated layer's node linked to the same variables
-            continue
-        seen.add(names)
+        if not per_cluster:
+            names = tuple(sorted(v.name for v in terms))
+            if names in seen:  # a repeated layer's node linked to the same variables
+                continue
+            seen.add(names)
         name = namer("even")
         out.constraints[name] = pulp.lpSum(terms) == 0
         where, spec, what = example
@@ -214,17 +270,41 @@ def build_nested_constraints(opt: ShardingOptimizer, namer: Namer) -> NestedRows
     if unavoidable:
         logger.warning("apc nested: every strategy of %s splits a dim unevenly over two mesh dims; "
                        "left to the plan (the audit reports it)", ", ".join(unavoidable))
-    logger.debug("apc nested: %d constraints", len(out.constraints))
+    logger.debug("apc nested: %d constraints, %d nodes analysed", len(out.constraints), len(verdicts))
     return NestedRows(out, forbidden)
 
 
-def _key(strategy: Any, val: Any) -> tuple[Any, ...]:
-    """Placements and shapes of a strategy's specs: what :func:`_strategy_uneven` reads."""
+def _may_nest(strategy: Any, active: Sequence[int]) -> bool:
+    """Whether some spec of ``strategy`` shards one tensor dim over two or more of the mesh dims
+    ``active`` (those of size > 1): the only strategies :func:`_strategy_uneven` can flag. Negative
+    dims count as possibly equal to any (the exact test normalizes them)."""
+    for spec in (*_specs(strategy.output_specs), *_specs(strategy.input_specs or ())):
+        placements = getattr(spec, "placements", None)
+        if placements is None:
+            continue
+        dims = []
+        for m in active:
+            p = placements[m]
+            is_shard = _IS_SHARD.get(type(p))
+            if is_shard is None:  # once per placement type: isinstance on torch's placements is slow
+                is_shard = _IS_SHARD[type(p)] = _shard_dim(p) is not None
+            if is_shard:
+                dims.append(p.dim)
+        if len(dims) >= 2 and (len(set(dims)) < len(dims) or min(dims) < 0):
+            return True
+    return False
+
+
+_IS_SHARD: dict[type, bool] = {}
+
+
+def _key(strategy: Any, val_shape: tuple[int, ...] | None) -> tuple[Any, ...]:
+    """Placements and shapes of a strategy's specs (and the node's shape): what
+    :func:`_strategy_uneven` reads."""
     def one(spec: Any) -> tuple[Any, ...]:
         return (tuple(spec.placements), _shape(spec))
 
-    shape = _shape(None, val) if isinstance(val, torch.Tensor) else None
-    return (tuple(one(s) for s in _specs(strategy.output_specs)), shape,
+    return (tuple(one(s) for s in _specs(strategy.output_specs)), val_shape,
             tuple(one(s) for s in _specs(strategy.input_specs or ())))
 
 

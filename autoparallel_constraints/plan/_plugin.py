@@ -38,6 +38,12 @@ __all__ = ["NoMatchingNodesWarning", "add_op_constraints", "install"]
 
 MATERIALIZE_MODES = ("table", "all")
 
+# Private switch: match, bind, check, size and nested-shard analysis once per cluster root of
+# autoparallel's repeated layers, its linked nodes taking their root's results (True), or on
+# every node (False: the reference path the equality tests and ``benchmarks/plugin_depth.py
+# --per-node`` compare against). Both add the same rows, bounds and variables.
+PER_CLUSTER = True
+
 
 class NoMatchingNodesWarning(UserWarning):
     """An op asked for in ``add_op_constraints`` does not occur in the traced graph."""
@@ -141,7 +147,7 @@ def add_op_constraints(
         :class:`AddedConstraints`: matched nodes, and the variables and constraints added by family.
     """
     opt = _check_autop(self)
-    check_strategies(opt, self.mesh)
+    check_strategies(opt, self.mesh, per_cluster=PER_CLUSTER)
     if materialize not in MATERIALIZE_MODES:
         raise InvalidOptionError(f"materialize must be one of {MATERIALIZE_MODES}, got {materialize!r}")
     if verify not in VERIFY_MODES:
@@ -156,7 +162,7 @@ def add_op_constraints(
     table = table if table is not None else default_table()
     rules = table.select(selectors)
     form = make_formulation(formulation, **options)
-    sites, t_sites = find_sites(opt, rules)
+    sites, t_sites = find_sites(opt, rules, per_cluster=PER_CLUSTER)
     if selectors is not None:
         _warn_missing(opt, rules, sites, selectors)
     namer = Namer(form.name, taken=opt.prob.constraints)
@@ -170,10 +176,12 @@ def add_op_constraints(
         if sizes
         else []
     )
-    additions.merge(build_size_constraints(opt, couplings, Namer("size", taken=opt.prob.constraints), to_opt))
+    additions.merge(
+        build_size_constraints(opt, couplings, Namer("size", taken=opt.prob.constraints), to_opt, per_cluster=PER_CLUSTER)
+    )
     nested_forbidden = {}
     if sizes:
-        nested = build_nested_constraints(opt, Namer("nested", taken=opt.prob.constraints))
+        nested = build_nested_constraints(opt, Namer("nested", taken=opt.prob.constraints), per_cluster=PER_CLUSTER)
         additions.merge(nested.additions)
         nested_forbidden = nested.forbidden
     prior_bounds = _add_atomically(opt.prob, additions)

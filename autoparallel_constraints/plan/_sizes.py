@@ -55,6 +55,7 @@ local size and only (Z3) on the consumer guards it.
 
 from __future__ import annotations
 
+import collections
 import logging
 import math
 import operator
@@ -207,17 +208,24 @@ def find_size_couplings(
     factories, views = _size_ops()
     total = math.prod(mesh_shape)
     out: list[SizeCoupling] = []
+    read: dict[torch.fx.Node, tuple[tuple[Leaf, ...], str]] = {}
+    # The nodes that can couple, in graph order, without looking at every node's target: the
+    # factories (and with ``dynamic`` the views) from FX's index by target, and the users of a
+    # node whose value is not a tensor (a size, a tuple): only those read a size (_unlocalized).
+    shaped = factories | views if dynamic else factories
+    candidates = {n for t in shaped for n in graph.find_nodes(op="call_function", target=t, sort=False)}
     for node in graph.nodes:
-        if node.op != "call_function" or not has_strategy(node):
+        if not isinstance(node.meta.get("val"), torch.Tensor):
+            candidates.update(u for u in node.users if u.op == "call_function" and u.target not in views)
+    for node in sorted(candidates):
+        if not has_strategy(node):
             continue
         if node.target in factories:
             position = 0
-        elif dynamic and node.target in views:
+        elif node.target in views:  # only with ``dynamic``: DTensor localizes static views' sizes
             position = 1
-        elif node.target in views:  # static views: DTensor localizes their sizes
-            continue
         else:
-            out.extend(_unlocalized(node, has_strategy))
+            out.extend(_unlocalized(node, has_strategy, read))
             continue
         val = node.meta.get("val")
         if len(node.args) <= position or not isinstance(node.args[position], (list, tuple)):
@@ -244,9 +252,19 @@ def _position_ops() -> frozenset[Any]:
     return frozenset({torch.ops.prims.iota.default, aten.arange.default, aten.arange.start, aten.arange.start_step})
 
 
-def _unlocalized(node: torch.fx.Node, has_strategy: Callable[[torch.fx.Node], bool]) -> list[SizeCoupling]:
+def _unlocalized(
+    node: torch.fx.Node,
+    has_strategy: Callable[[torch.fx.Node], bool],
+    read: dict[torch.fx.Node, tuple[tuple[Leaf, ...], str]] | None = None,
+) -> list[SizeCoupling]:
     """(Z2) for the size arguments of ``node``, an op the apply does not localize: every size node
-    among its arguments that reads a planned tensor's dims (see the module docstring)."""
+    among its arguments that reads a planned tensor's dims (see the module docstring). ``read``
+    keeps each size node's planned leaves and text for the next consumer of the same node (a
+    multi-output op's results are read by one ``getitem`` each)."""
+    read = {} if read is None else read
+    # only a size node among the inputs can couple: most nodes have none (no flattening then)
+    if all(isinstance(x.meta.get("val"), torch.Tensor) for x in node.all_input_nodes):
+        return []
     produced = torch.utils._pytree.tree_flatten(node.meta.get("val"))[0]
     if not any(isinstance(v, torch.Tensor) for v in produced):  # size arithmetic itself, not a consumer
         return []
@@ -256,10 +274,13 @@ def _unlocalized(node: torch.fx.Node, has_strategy: Callable[[torch.fx.Node], bo
     for value in flat:
         if not isinstance(value, torch.fx.Node) or _holds_tensors(value):
             continue
-        leaves = tuple((x, d) for x, d in _leaves(value) if has_strategy(x))
+        if value not in read:
+            leaves = tuple((x, d) for x, d in _leaves(value) if has_strategy(x))
+            read[value] = (leaves, _text(value) if leaves else "")
+        leaves, text = read[value]
         if leaves:
             out.append(SizeCoupling(consumer=node, out_dim=0 if position_op else None, kind="global",
-                                    expr=_text(value), leaves=leaves))
+                                    expr=text, leaves=leaves))
     return out
 
 
@@ -375,10 +396,16 @@ def build_size_constraints(
     couplings: Sequence[SizeCoupling],
     namer: Namer,
     to_opt: Mapping[torch.fx.Node, torch.fx.Node] | None = None,
+    *,
+    per_cluster: bool = True,
 ) -> Additions:
     """(Z1)–(Z3) for every coupling (and mesh dim), deduplicated across repeated layers.
 
     ``to_opt`` maps the couplings' nodes to the optimizer's graph (``opt._orig_to_concrete``).
+    A coupling whose nodes resolve to the cluster roots of one built before builds nothing:
+    ``per_cluster`` (the default) takes a node's root for the node, as autoparallel does (it
+    links nodes whose strategies print the same, placements included); ``False`` also compares
+    the placements of every strategy of each node.
     """
     from ..formulations import Additions
     from ..formulations._sites import node_roots, strategy_indicator
@@ -412,9 +439,19 @@ def build_size_constraints(
     roots = node_roots(opt)
     fingerprints: dict[int, tuple[Any, ...]] = {}
 
-    def ident(node: torch.fx.Node) -> tuple[int, tuple[Any, ...]]:
+    idents: dict[torch.fx.Node, Any] = {}
+
+    def ident(node: torch.fx.Node) -> tuple[int, tuple[Any, ...]] | int:
+        found = idents.get(node)
+        if found is None:
+            found = idents[node] = _ident(node)
+        return found
+
+    def _ident(node: torch.fx.Node) -> tuple[int, tuple[Any, ...]] | int:
         node = to_opt.get(node, node) if to_opt is not None else node
         idx = opt.node_map[node]
+        if per_cluster:
+            return roots.get(idx, idx)
         fp = fingerprints.get(idx)
         if fp is None:
             fp = fingerprints[idx] = tuple(
@@ -423,9 +460,23 @@ def build_size_constraints(
             )
         return roots.get(idx, idx), fp
 
+    by_dim: dict[tuple[Any, int, int], list[pulp.LpVariable]] = {}
+
+    def dim_terms(node: torch.fx.Node, dim: int, m: int, node_ident: Any = None) -> list[pulp.LpVariable]:
+        """y[node, dim, m]'s variables (strategies whose output spec shards ``dim`` on mesh dim
+        ``m``), built once per node identity (a linked node has its root's)."""
+        key = (ident(node) if node_ident is None else node_ident, dim, m)
+        terms = by_dim.get(key)
+        if terms is None:
+            terms = by_dim[key] = strategies(node, lambda spec: _shards(spec, m, dim))
+        return terms
+
     built: set[tuple[Any, ...]] = set()
+    built_rows: set[tuple[Any, ...]] = set()
     for c in couplings:
-        key = (c.kind, c.out_dim, c.size, ident(c.consumer), tuple((ident(x), d) for x, d in c.leaves))
+        consumer = ident(c.consumer)
+        leaves = [(ident(x), x, d) for x, d in c.leaves]
+        key = (c.kind, c.out_dim, c.size, consumer, tuple((i, d) for i, _, d in leaves))
         if key in built:
             continue
         built.add(key)
@@ -433,11 +484,22 @@ def build_size_constraints(
             uneven = strategies(c.consumer, lambda spec, c=c: c.size % _ways(spec, c.out_dim, mesh_shape) != 0)
             add("even", pulp.lpSum(uneven), f"{c.describe()} is split only evenly")
             continue
+        sign = -1 if c.kind == "match" else 1
         for m in range(len(mesh_shape)):
-            leaf_terms = [v for x, d in c.leaves for v in strategies(x, lambda spec, m=m, d=d: _shards(spec, m, d))]
-            out_terms = (strategies(c.consumer, lambda spec, m=m, c=c: _shards(spec, m, c.out_dim))
-                         if c.out_dim is not None else [])
-            sign = -1 if c.kind == "match" else 1
+            # The row is Σ over its parts' sums; parts equal to a row built before (the same
+            # nodes' roots, dims and signs, with multiplicity) give the same expression, which
+            # ``add`` would drop: skip building it (llama3 32 layers 8x8: each layer's unlinked
+            # attention backward couples to the linked forward's q, k, v, 260 sums of ~2,400
+            # terms for 4 rows).
+            parts = [(i, d, 1) for i, x, d in leaves if dim_terms(x, d, m, i)]
+            if c.out_dim is not None and dim_terms(c.consumer, c.out_dim, m, consumer):
+                parts.append((consumer, c.out_dim, sign))
+            row_key = (c.kind, m, frozenset(collections.Counter(parts).items()))
+            if row_key in built_rows:
+                continue
+            built_rows.add(row_key)
+            leaf_terms = [v for x, d in c.leaves for v in dim_terms(x, d, m)]
+            out_terms = dim_terms(c.consumer, c.out_dim, m) if c.out_dim is not None else []
             add(c.kind, pulp.lpSum(leaf_terms) + sign * pulp.lpSum(out_terms), f"{c.describe()} (mesh dim {m})")
     logger.debug("apc sizes: %d couplings, %d constraints", len(couplings), len(out.constraints))
     return out
