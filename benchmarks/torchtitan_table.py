@@ -4,8 +4,10 @@ plugin's default call: built, audited, verified and run on simulated ranks again
     python benchmarks/torchtitan_table.py --families llama3,deepseek_v3 --meshes 2x2,2x4 \\
         --calls alone,default --precisions fp32,bf16 --json benchmarks/results/torchtitan_table.json
 
-One row per (family, layers, mesh, call, precision), each in its own process (a fresh strategy
-cache, memory returned, a timeout per row). A row has two halves:
+One row per (family, layers, mesh, call, precision). A row has two halves, each in its own process
+(a fresh strategy cache, memory returned, a timeout each): in one process a static build followed
+by a dynamic one of torchtitan's DeepSeek-V3 runs wrong numbers with the default call (ranks
+disagree) that the same dynamic build in a fresh process runs exact (docs/limits.md):
 
 * **torchtitan's build**: ``AutoParallelGraph`` with static shapes, torchtitan's constraints
   (``lab/_torchtitan.py``), solved (alone: autoparallel on ``highs-lp``, the default solver;
@@ -50,20 +52,21 @@ def _configure(call: str):
     return configure
 
 
-def run_cell(family: str, layers: int, mesh_text: str, call: str, precision: str) -> dict:
+def run_cell(family: str, layers: int | None, mesh_text: str, call: str, precision: str, half: str = "both") -> dict:
     import warnings
 
     import torch
 
     import autoparallel_constraints as apc
     from autoparallel_constraints.harness._cpu import cpu_mesh, device_name
-    from autoparallel_constraints.harness._numerics import run_numerics
     from autoparallel_constraints.lab._torchtitan import autoparallel_graph_class, torchtitan_case
 
     warnings.simplefilter("ignore")
     shape = _mesh(mesh_text)
     case = torchtitan_case(family, layers=layers, mixed_precision=precision == "bf16")
     row: dict = {"family": family, "layers": case.layers, "mesh": mesh_text, "call": call, "precision": precision}
+    if half == "numbers":
+        return _numbers(row, case, shape, call)
     t0 = time.perf_counter()
     try:
         with torch.device("meta"):
@@ -86,6 +89,12 @@ def run_cell(family: str, layers: int, mesh_text: str, call: str, precision: str
     except Exception as exc:  # noqa: BLE001 - a row reports what stopped it
         row.update(built=False, build_error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}")
     row["build_s"] = round(time.perf_counter() - t0, 1)
+    return row if half == "build" else _numbers(row, case, shape, call)
+
+
+def _numbers(row: dict, case, shape: tuple[int, ...], call: str) -> dict:
+    from autoparallel_constraints.harness._numerics import run_numerics
+    from autoparallel_constraints.lab._torchtitan import autoparallel_graph_class
 
     t1 = time.perf_counter()
 
@@ -122,7 +131,7 @@ def render(rows: list[dict]) -> str:
         lines.append(
             f"{r['family']:<12} {r['layers']:>2} {r['mesh']:<5} {r['call']:<8} {r['precision']:<5} {r['audit'][:28]:<28} "
             f"{r['verify'][:30]:<30} {r['unknown']:>3} {r['unproven']:>4} {r.get('numerics', '-'):<9} {stick:>9} "
-            f"{r['build_s']:>7} {r['numerics_s']:>6}"
+            f"{r.get('build_s', '-'):>7} {r.get('numerics_s', '-'):>6}"
         )
         for v in r.get("violations", []):
             lines.append(f"    {v[:150]}")
@@ -146,8 +155,8 @@ def main() -> None:
     parser.add_argument("--cell", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.cell:
-        family, layers, mesh_text, call, precision = args.cell.split(",")
-        print("ROW " + json.dumps(run_cell(family, int(layers) if layers != "all" else None, mesh_text, call, precision)))
+        family, layers, mesh_text, call, precision, half = args.cell.split(",")
+        print("ROW " + json.dumps(run_cell(family, int(layers) if layers != "all" else None, mesh_text, call, precision, half)))
         return
     rows: list[dict] = json.loads(args.json.read_text()) if args.json and args.json.exists() else []
     layers = "all" if args.layers is None else str(args.layers)
@@ -159,18 +168,23 @@ def main() -> None:
                     done = [r for r in rows if (r["family"], r["mesh"], r["call"], r["precision"]) == key]
                     if args.resume and done:
                         continue
-                    cmd = [sys.executable, __file__, "--cell", ",".join([family, layers, mesh_text, call, precision])]
-                    try:
-                        out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
-                                             env={**os.environ, "PYTHONWARNINGS": "ignore"})
-                        found = [ln for ln in out.stdout.splitlines() if ln.startswith("ROW ")]
-                        row = json.loads(found[-1][4:]) if found else {
-                            "family": family, "layers": layers, "mesh": mesh_text, "call": call, "precision": precision,
-                            "built": False, "build_error": f"process exited {out.returncode}: {out.stderr.strip().splitlines()[-1:]}",
-                        }
-                    except subprocess.TimeoutExpired:
-                        row = {"family": family, "layers": layers, "mesh": mesh_text, "call": call, "precision": precision,
-                               "built": False, "build_error": f"timeout after {args.timeout} s"}
+                    row = {}
+                    for half in ("build", "numbers"):
+                        cmd = [sys.executable, __file__, "--cell", ",".join([family, layers, mesh_text, call, precision, half])]
+                        try:
+                            out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
+                                                 env={**os.environ, "PYTHONWARNINGS": "ignore"})
+                            found = [ln for ln in out.stdout.splitlines() if ln.startswith("ROW ")]
+                            got = json.loads(found[-1][4:]) if found else {
+                                "built": False,
+                                "build_error" if half == "build" else "numerics_error":
+                                    f"{half}: process exited {out.returncode}: {out.stderr.strip().splitlines()[-1:]}",
+                            }
+                        except subprocess.TimeoutExpired:
+                            got = {"build_error" if half == "build" else "numerics_error": f"{half}: timeout after {args.timeout} s"}
+                        row.update({k: v for k, v in got.items() if half == "build" or k not in ("built",)})
+                    row.update(family=family, mesh=mesh_text, call=call, precision=precision)
+                    row.setdefault("layers", layers)
                     rows = [r for r in rows if (r["family"], r["mesh"], r["call"], r["precision"]) != key] + [row]
                     print(render([row]).splitlines()[-1], flush=True)
                     if args.json:
