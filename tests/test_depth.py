@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 from autoparallel.api import AutoParallel
-from torch.distributed.tensor.placement_types import Shard
+from torch.distributed.tensor.placement_types import Replicate, Shard
 
 import autoparallel_constraints  # noqa: F401  (installs add_op_constraints)
 from autoparallel_constraints.formulations import Namer, _sites, make_formulation
@@ -138,13 +138,29 @@ def test_pin_checks_read_only_the_pins_variables(llama3_sites, monkeypatch):
     assert [(c[0] is site, c[1], c[2]) for c in conflicts] == [(True, "pin_bad", {bad})]
 
 
-def test_size_rows_of_twins_are_not_built_again(llama3_sites, monkeypatch):
+@pytest.fixture(scope="module")
+def seed_stack_opt():
+    """The seed block stacked twice on 2x2: cluster-linked layers whose factory sizes couple
+    (``size.even``). llama3's only couplings were the tuple outputs of CPU SDPA read as sizes, a
+    bug since fixed, so it has none to compare."""
+    from autoparallel_constraints.models import SeedConfig, SeedStack
+    from autoparallel_constraints.testing import cpu_mesh
+
+    config = SeedConfig(num_heads=6, head_dim=8, batch=8, seq=8)
+    with torch.device("meta"):
+        model = SeedStack(config, layers=2)
+    with AutoParallel(model, lambda: SeedStack(config, layers=2).make_input(), cpu_mesh((2, 2))) as autop:
+        autop.add_input_constraints([(Shard(0), Replicate())])
+        yield autop.sharding_optimizer
+
+
+def test_size_rows_of_twins_are_not_built_again(seed_stack_opt, monkeypatch):
     """A repeated layer's size couplings resolve to its root's variables: skipping them before
     building gives the rows (and notes) building every coupling gives, with fewer sums built, and
     the rows (and notes) a plain build of every coupling and mesh dim gives."""
     from autoparallel_constraints.plan import _sizes
 
-    opt = llama3_sites[0]
+    opt = seed_stack_opt
     couplings = _sizes.find_size_couplings(opt.graph, lambda n: n in opt.strats, tuple(opt.mesh.shape), dynamic=False)
     built = [0]
     indicator = _sites.strategy_indicator
