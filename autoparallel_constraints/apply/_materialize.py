@@ -208,8 +208,13 @@ def _traced_graph() -> torch.fx.Graph | None:
 
 
 def _nodes_after(graph: torch.fx.Graph, last: torch.fx.Node | None) -> list[torch.fx.Node]:
-    nodes = list(graph.nodes)
-    return nodes if last is None else nodes[nodes.index(last) + 1:]
+    """The nodes traced after ``last`` (all of them for None), walked from it, not from the top."""
+    out = []
+    node = graph._root.next if last is None else last.next
+    while node is not graph._root:
+        out.append(node)
+        node = node.next
+    return out
 
 
 _REDISTRIBUTED: contextvars.ContextVar[list[torch.fx.Node] | None] = contextvars.ContextVar(

@@ -209,7 +209,8 @@ class _Verifier(_Collectives, _Views, _Decomposed, _Propagation):
     # -- local_map regions ------------------------------------------------------------------
 
     def _region(self, node: torch.fx.Node) -> str | None:
-        region = (node.meta.get("custom") or {}).get(REGION)
+        """The region a node runs in, if it is one this verify was given a declaration for."""
+        region = self._region_of_any(node)
         return region if region in self.regions else None
 
     def _region_value(self, node: torch.fx.Node, region: str) -> Any:
