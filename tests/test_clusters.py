@@ -140,7 +140,7 @@ def _build_both_ways(model_fn, input_fn, mesh_shape, input_placements, formulati
             patch.setattr(_plugin, "PER_CLUSTER", per_cluster)
             with AutoParallel(model, input_fn, cpu_mesh(mesh_shape)) as autop:
                 autop.add_input_constraints(input_placements)
-                autop.add_op_constraints(formulation=formulation, solver="highs")
+                added = autop.add_op_constraints(formulation=formulation, solver="highs")
                 state = get_state(autop)
                 a = state.additions
                 record = {
@@ -154,6 +154,8 @@ def _build_both_ways(model_fn, input_fn, mesh_shape, input_placements, formulati
                     "sites": [(s.orig.name, s.node_idx, s.root_idx, s.rule.name, s.binding, s.verdicts)
                               for s in state.sites],
                     "nested_forbidden": {n.name: sorted(o) for n, o in state.nested_forbidden.items()},
+                    "size_couplings": added.size_couplings,
+                    "nodes": (added.nodes, added.constrained_nodes),
                 }
                 if not per_cluster:  # the size rows built the plain way, every coupling summed in full
                     from autoparallel_constraints.plan._sizes import find_size_couplings, is_dynamic

@@ -101,14 +101,38 @@ def test_strict_rows_same_with_and_without_memo(llama3_sites):
 
 
 def test_node_roots_match_a_full_scan_of_cluster_links(llama3_sites):
-    """node_roots (one lookup per node) and twin_count equal what a pass over every linked key gives."""
+    """The cluster layout (a lookup per linked node asked about, autoparallel's set of linked
+    nodes) equals what a pass over every linked key gives: every linked node's root, each node's
+    root one at a time, the unlinked nodes, each root's twins, and twin_count."""
     opt = llama3_sites[0]
     scan: dict[int, int] = {}
     for linked_key, root_key in opt.cluster_links.items():
         assert scan.setdefault(linked_key[0], root_key[0]) == root_key[0]
-    assert scan and _sites.node_roots(opt) == scan
+    opt.__dict__.pop("_apc_node_roots", None)  # a fresh layout: nothing looked up yet
+    layout = _sites.cluster_layout(opt)
+    assert scan and [layout.root(i) for i in range(len(opt.nodes))] == [scan.get(i, i) for i in range(len(opt.nodes))]
+    assert _sites.node_roots(opt) == scan
+    assert layout.unlinked == tuple(i for i in range(len(opt.nodes)) if i not in scan)
+    assert layout.members == {r: sorted(i for i, q in scan.items() if q == r) for r in set(scan.values())}
     for root in set(scan.values()):
         assert _sites.twin_count(opt, root) == len({k for k, r in scan.items() if r == root})
+
+
+def test_values_that_are_not_tensors_are_found_per_cluster(llama3_sites):
+    """The size couplings' pass for values that are not tensors reads the unlinked nodes and the
+    linked nodes that share a target with one of them (``not_tensor_nodes``): on the optimizer's
+    graph and on the traced graph it copies, it finds what a pass over every node finds (CPU
+    SDPA's tuples, forward and backward, in both layers)."""
+    from autoparallel_constraints.plan import _sizes
+
+    opt = llama3_sites[0]
+    layout = _sites.cluster_layout(opt)
+    traced = next(iter(opt._concrete_to_orig.values())).graph
+    for graph in (opt.graph, traced):
+        every = [n for n in graph.nodes if not isinstance(n.meta.get("val"), torch.Tensor)]
+        assert _sizes.not_tensor_nodes(graph, opt) == every
+    found = _sizes.not_tensor_nodes(opt.graph, opt)
+    assert any(layout.is_linked(opt.node_map[n]) for n in found if n in opt.node_map), "needs linked tuple outputs"
 
 
 def test_pin_checks_read_only_the_pins_variables(llama3_sites, monkeypatch):

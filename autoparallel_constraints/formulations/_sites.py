@@ -12,7 +12,7 @@ from __future__ import annotations
 import collections
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Site", "cluster_layout", "find_sites", "node_roots", "strategy_indicator", "twin_count"]
+__all__ = ["ClusterLayout", "Site", "cluster_layout", "find_sites", "node_roots", "root_of", "strategy_indicator", "twin_count"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +75,7 @@ def find_sites(
     t0 = time.perf_counter()
     memo = CheckMemo() if memo is None else memo
     by_op = {r.op: r for r in rules}
-    node_root = node_roots(opt)
+    root_of_idx = root_of(opt)  # one lookup per linked site, none for the others
     # root node index -> (binding, verdicts), or None when the root binds to nothing
     by_root: dict[int, tuple[Binding, tuple[tuple[Mismatch, ...], ...]] | None] = {}
 
@@ -88,13 +88,14 @@ def find_sites(
 
     sites: list[Site] = []
     # the rows' nodes from FX's index by (op, target), in graph order: no pass over every node
-    candidates = sorted(n for op in by_op for n in opt.graph.find_nodes(op="call_function", target=op, sort=False))
-    for node in candidates:
-        rule = by_op[node.target]
-        if node not in opt.strats:
+    rule_of = {n: rule for op, rule in by_op.items() for n in opt.graph.find_nodes(op="call_function", target=op, sort=False)}
+    strats, node_map, to_orig = opt.strats, opt.node_map, opt._concrete_to_orig
+    for node in sorted(rule_of):
+        rule = rule_of[node]
+        if node not in strats:
             continue
-        idx = opt.node_map[node]
-        root_idx = node_root.get(idx, idx)
+        idx = node_map[node]
+        root_idx = root_of_idx(idx)
         if not per_cluster:
             found = analyse(node, rule)
         elif root_idx in by_root:
@@ -107,7 +108,7 @@ def find_sites(
         sites.append(
             Site(
                 node=node,
-                orig=opt._concrete_to_orig.get(node, node),
+                orig=to_orig.get(node, node),
                 node_idx=idx,
                 root_idx=root_idx,
                 rule=rule,
@@ -133,37 +134,99 @@ def strategy_indicator(opt: ShardingOptimizer, node_idx: int, out_idx: int) -> l
 
 
 def node_roots(opt: ShardingOptimizer) -> dict[int, int]:
-    """Linked node index -> its cluster root's node index, for every linked node.
+    """Linked node index -> its cluster root's node index, for every linked node (one lookup per
+    linked node: :attr:`ClusterLayout.roots`). The plugin's own passes ask :func:`root_of` for the
+    nodes they meet instead."""
+    return cluster_layout(opt).roots
+
+
+def root_of(opt: ShardingOptimizer) -> Callable[[int], int]:
+    """``idx -> the index of idx's cluster root`` (``idx`` itself when not linked), looked up on
+    demand (:meth:`ClusterLayout.root`)."""
+    return cluster_layout(opt).root
+
+
+class ClusterLayout:
+    """autoparallel's repeated-layer links, read per node and only for the nodes asked about.
 
     autoparallel links *every* key ``(i, a, o, j)`` of a linked node to the same root node
-    (``create_cluster_links``), so the key ``(i, 0, 0, 0)`` tells: one lookup per node instead of
-    a pass over ``cluster_links`` (one entry per linked variable, ~10^5-10^6 at real depth).
-    Cached on the optimizer while ``cluster_links`` keeps its size.
+    (``create_cluster_links``), so the key ``(i, 0, 0, 0)`` names a linked node's root: one lookup
+    in ``cluster_links`` (one entry per linked variable: 8·10^6 on llama3 32 layers 8x8, about a
+    microsecond a lookup there), never a pass over it. Which nodes are linked at all comes from
+    autoparallel's own set of them (``_cluster_linked_node_idxs``, built from the same links when
+    it builds its variables; computed here from the ``(i, 0, 0, 0)`` keys where it is missing).
+    A node has a link key exactly when it has ``(i, 0, 0, 0)``: autoparallel's walk over a
+    node's options starts at argument 0, strategy 0, producer strategy 0 whenever it yields
+    anything (``tests/test_depth.py`` compares both with a full scan of the links).
+
+    So a pass that visits the unlinked nodes (the roots and every node of a non-repeated part,
+    :attr:`unlinked`) and asks :meth:`root` for the linked nodes it meets costs O(1) per node it
+    touches; the full maps (:attr:`roots`, :attr:`members`) cost one lookup per linked node and
+    are built only when asked for.
     """
-    return cluster_layout(opt)[0]
+
+    __slots__ = ("_links", "_linked", "_n", "_root", "_roots", "_members", "_unlinked")
+
+    def __init__(self, opt: ShardingOptimizer) -> None:
+        self._links = opt.cluster_links
+        self._n = len(opt.nodes)
+        linked = getattr(opt, "_cluster_linked_node_idxs", None)
+        if not isinstance(linked, (set, frozenset)):
+            get = self._links.get
+            linked = {i for i in range(self._n) if get((i, 0, 0, 0)) is not None} if self._links else set()
+        self._linked: set[int] | frozenset[int] = linked
+        self._root: dict[int, int] = {}  # linked node -> root, as looked up
+        self._roots: dict[int, int] | None = None
+        self._members: dict[int, list[int]] | None = None
+        self._unlinked: tuple[int, ...] | None = None
+
+    def root(self, idx: int) -> int:
+        """The node index whose variables node ``idx`` shares: its cluster root, or itself."""
+        if idx not in self._linked:
+            return idx
+        found = self._root.get(idx)
+        if found is None:
+            key = self._links.get((idx, 0, 0, 0))
+            found = self._root[idx] = idx if key is None else key[0]
+        return found
+
+    def is_linked(self, idx: int) -> bool:
+        return idx in self._linked
+
+    @property
+    def unlinked(self) -> tuple[int, ...]:
+        """The node indices linked to no root — the roots and every node of a non-repeated part — in order."""
+        if self._unlinked is None:
+            linked = self._linked
+            self._unlinked = tuple(i for i in range(self._n) if i not in linked)
+        return self._unlinked
+
+    @property
+    def roots(self) -> dict[int, int]:
+        """Linked node index -> its root's, for every linked node, in node order."""
+        if self._roots is None:
+            root = self.root
+            self._roots = {i: root(i) for i in sorted(self._linked)}
+        return self._roots
+
+    @property
+    def members(self) -> dict[int, list[int]]:
+        """Root index -> its linked nodes' indices, in order."""
+        if self._members is None:
+            members: dict[int, list[int]] = {}
+            for idx, root in self.roots.items():
+                members.setdefault(root, []).append(idx)
+            self._members = members
+        return self._members
 
 
-def cluster_layout(opt: ShardingOptimizer) -> tuple[dict[int, int], tuple[int, ...], dict[int, list[int]]]:
-    """(:func:`node_roots`, the node indices linked to no root — the roots and every node of a
-    non-repeated part — in order, and root index -> its linked nodes' indices in order), from one
-    pass over the nodes, cached with :func:`node_roots`: the per-cluster passes visit the roots
-    and reach a root's twins without walking every node again."""
+def cluster_layout(opt: ShardingOptimizer) -> ClusterLayout:
+    """The optimizer's :class:`ClusterLayout`, cached on it while ``cluster_links`` keeps its size."""
     links = opt.cluster_links
     cached = getattr(opt, "_apc_node_roots", None)
     if cached is not None and cached[0] == len(links):
         return cached[1]
-    roots: dict[int, int] = {}
-    unlinked: list[int] = []
-    members: dict[int, list[int]] = {}
-    get = links.get
-    for idx in range(len(opt.nodes)):
-        root_key = get((idx, 0, 0, 0)) if links else None
-        if root_key is None:
-            unlinked.append(idx)
-        else:
-            roots[idx] = root_key[0]
-            members.setdefault(root_key[0], []).append(idx)
-    layout = (roots, tuple(unlinked), members)
+    layout = ClusterLayout(opt)
     opt._apc_node_roots = (len(links), layout)
     return layout
 

@@ -141,7 +141,7 @@ def check_strategies(opt: Any, mesh: Any, *, per_cluster: bool = True) -> None:
     read: dict[int, bool] = {}  # output specs already read (the cache's copies share them): stale?
     visit: Any = opt.strats.items()
     if per_cluster:  # the roots and the nodes of non-repeated parts, in order
-        visit = ((node, opt.strats[node]) for node in map(opt.nodes.__getitem__, cluster_layout(opt)[1]))
+        visit = ((node, opt.strats[node]) for node in map(opt.nodes.__getitem__, cluster_layout(opt).unlinked))
     for node, op_strategy in visit:
         for strategy in getattr(op_strategy, "strategies", ()):
             out = strategy.output_specs

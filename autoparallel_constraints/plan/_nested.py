@@ -178,7 +178,7 @@ def build_nested_constraints(opt: ShardingOptimizer, namer: Namer, *, per_cluste
     mesh dims of size > 1 (:func:`_may_nest`), and only then keyed and memoized.
     """
     from ..formulations import Additions
-    from ..formulations._sites import cluster_layout, node_roots, strategy_indicator
+    from ..formulations._sites import cluster_layout, strategy_indicator
 
     out = Additions()
     forbidden: dict[torch.fx.Node, frozenset[int]] = {}
@@ -186,7 +186,8 @@ def build_nested_constraints(opt: ShardingOptimizer, namer: Namer, *, per_cluste
     active = tuple(m for m, s in enumerate(mesh_shape) if s > 1)
     if len(active) < 2:
         return NestedRows(out, forbidden)  # nesting needs two mesh dims of size > 1
-    roots = node_roots(opt) if per_cluster else {}
+    layout = cluster_layout(opt) if per_cluster else None
+    root_of = layout.root if layout is not None else (lambda idx: idx)
     seen: set[Any] = set()
     cache: dict[tuple[Any, ...], tuple[str, Any, NestedUneven] | None] = {}
     # node index (a root's) -> (forbidden strategies, an example), or None when none is forbidden
@@ -222,20 +223,19 @@ def build_nested_constraints(opt: ShardingOptimizer, namer: Namer, *, per_cluste
     if per_cluster:
         # analyse the roots (and the nodes of non-repeated parts); visit, in order, only the
         # nodes of the clusters with a verdict: the roots' twins are reached through the layout
-        _, unlinked, members = cluster_layout(opt)
         order: list[int] = []
-        for idx in unlinked:
+        for idx in layout.unlinked:
             node = opt.nodes[idx]
             strategies = getattr(opt.strats[node], "strategies", None)
             found = verdicts[idx] = analyse(node, strategies) if strategies else None
-            if found is not None:
-                order += [idx, *members.get(idx, ())]
+            if found is not None:  # its twins: the one pass over the linked nodes, only then
+                order += [idx, *layout.members.get(idx, ())]
         visit = [(opt.nodes[i], opt.strats[opt.nodes[i]]) for i in sorted(order)]
     unavoidable = []
     node_map, missing = opt.node_map, object()
     for node, op_strategy in visit:
         idx = node_map[node]
-        root_idx = roots.get(idx, idx)
+        root_idx = root_of(idx)
         found = verdicts.get(root_idx, missing)
         if found is None:  # most nodes: their root has no nested uneven strategy
             continue

@@ -25,7 +25,7 @@ from . import _solvers
 from ._cache_guard import check_strategies
 from ._nested import build_nested_constraints, rebudget_parameter_memory
 from ._report import LazyRound, build_report, emit
-from ._sizes import build_size_constraints, find_size_couplings, is_dynamic
+from ._sizes import build_size_constraints, find_size_couplings, is_dynamic, not_tensor_nodes
 from ._state import VERIFY_MODES, AddedConstraints, PluginState, PriorBounds, families, get_state
 
 if TYPE_CHECKING:
@@ -171,7 +171,11 @@ def add_op_constraints(
     to_opt = getattr(opt, "_orig_to_concrete", None) or {}  # empty: one graph for both
     couplings = (
         find_size_couplings(
-            self.gm.graph, lambda n: to_opt.get(n, n) in opt.strats, tuple(self.mesh.shape), dynamic=is_dynamic(self.gm)
+            self.gm.graph,
+            lambda n: to_opt.get(n, n) in opt.strats,
+            tuple(self.mesh.shape),
+            dynamic=is_dynamic(self.gm),
+            not_tensors=not_tensor_nodes(self.gm.graph, opt) if PER_CLUSTER else None,
         )
         if sizes
         else []

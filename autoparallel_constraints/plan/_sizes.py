@@ -59,7 +59,7 @@ import collections
 import logging
 import math
 import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -77,7 +77,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["KINDS", "SizeCoupling", "build_size_constraints", "find_size_couplings", "is_dynamic", "size_mismatches"]
+__all__ = ["KINDS", "SizeCoupling", "build_size_constraints", "find_size_couplings", "is_dynamic", "not_tensor_nodes", "size_mismatches"]
 
 Leaf = tuple[torch.fx.Node, int]  # (tensor node, dim) of a sym_size
 
@@ -195,6 +195,7 @@ def find_size_couplings(
     mesh_shape: Sequence[int],
     *,
     dynamic: bool,
+    not_tensors: Iterable[torch.fx.Node] | None = None,
 ) -> list[SizeCoupling]:
     """Every shape argument autoparallel's apply localizes by rule, in graph order.
 
@@ -203,7 +204,8 @@ def find_size_couplings(
     int and is localized like a concrete size. ``has_strategy(node)`` says whether a node is part
     of the plan (others are not localized). View ops count only when ``dynamic`` (static views
     are localized by DTensor). A concrete size counts only if some split of the mesh would not
-    divide it.
+    divide it. ``not_tensors``: the nodes of ``graph`` whose value is not a tensor, if known
+    (:func:`not_tensor_nodes`); None looks at every node.
     """
     factories, views = _size_ops()
     total = math.prod(mesh_shape)
@@ -211,11 +213,15 @@ def find_size_couplings(
     read: dict[torch.fx.Node, tuple[tuple[Leaf, ...], str]] = {}
     # The nodes that can couple, in graph order, without looking at every node's target: the
     # factories (and with ``dynamic`` the views) from FX's index by target, and the users of a
-    # node whose value is not a tensor (a size, a tuple): only those read a size (_unlocalized).
+    # node whose value is a size (not a tensor, nor a tuple of them): only those read a size (_unlocalized).
     shaped = factories | views if dynamic else factories
     candidates = {n for t in shaped for n in graph.find_nodes(op="call_function", target=t, sort=False)}
-    for node in graph.nodes:
-        if not isinstance(node.meta.get("val"), torch.Tensor):
+    if not_tensors is None:
+        not_tensors = (n for n in graph.nodes if not isinstance(n.meta.get("val"), torch.Tensor))
+    for node in not_tensors:
+        # a tuple of tensors (a multi-output op's) is data: a reader couples only through another
+        # argument that is a size, whose users these are too (llama3: CPU SDPA's, 2 a layer)
+        if not _holds_tensors(node):
             candidates.update(u for u in node.users if u.op == "call_function" and u.target not in views)
     for node in sorted(candidates):
         if not has_strategy(node):
@@ -244,6 +250,42 @@ def find_size_couplings(
             kind = "match" if mono is not None and mono.b == 0 and mono.leaves else "global"
             out.append(SizeCoupling(consumer=node, out_dim=out_dim, kind=kind, expr=_text(value), leaves=leaves))
     return out
+
+
+def not_tensor_nodes(graph: torch.fx.Graph, opt: ShardingOptimizer) -> list[torch.fx.Node] | None:
+    """The nodes of ``graph`` whose value is not a tensor (a size, a tuple), in graph order,
+    without a pass over every node: the nodes no cluster root stands for are read, and a linked
+    node only when its target is that of a root whose value is not a tensor. None where that
+    cannot be told (``graph`` is neither the optimizer's graph nor the graph it copied, or has
+    nodes the optimizer has no strategy for, e.g. the size arithmetic of a dynamic graph): then
+    every node is read.
+
+    Exact because autoparallel links a node to a root only when their targets and the values of
+    all their arguments are equal (``graph_clustering._hash_node``): the same op on equal inputs
+    gives a value of the same kind, so a linked node's value is a tensor whenever its root's is.
+    ``tests/test_clusters.py`` compares the couplings found either way.
+    """
+    from ..formulations._sites import cluster_layout
+
+    # the optimizer's graph is a node-for-node copy of the traced one (``_concrete_to_orig``)
+    to_graph = {} if graph is opt.graph else getattr(opt, "_concrete_to_orig", None)
+    if to_graph is None or len(graph.nodes) != len(opt.nodes):
+        return None
+    nodes = opt.nodes
+    if nodes and to_graph.get(nodes[0], nodes[0]).graph is not graph:
+        return None
+    found: set[torch.fx.Node] = set()
+    targets: set[tuple[str, Any]] = set()
+    for idx in cluster_layout(opt).unlinked:
+        node = to_graph.get(nodes[idx], nodes[idx])
+        if not isinstance(node.meta.get("val"), torch.Tensor):  # the traced value: its kind is the copy's
+            found.add(node)
+            targets.add((node.op, node.target))
+    for op, target in targets:
+        for node in graph.find_nodes(op=op, target=target, sort=False):
+            if node not in found and not isinstance(node.meta.get("val"), torch.Tensor):
+                found.add(node)
+    return sorted(found)
 
 
 def _position_ops() -> frozenset[Any]:
@@ -287,8 +329,10 @@ def _unlocalized(
 def _holds_tensors(node: torch.fx.Node) -> bool:
     """A tensor, or a tuple of them (a ``local_map`` region's outputs, read through ``getitem``):
     data, not a size expression; size analysis neither couples nor walks through it."""
-    leaves = torch.utils._pytree.tree_flatten(node.meta.get("val"))[0]
-    return any(isinstance(v, torch.Tensor) for v in leaves)
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor) or (isinstance(val, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in val)):
+        return True  # a tensor item is a leaf: no flattening needed to tell
+    return any(isinstance(v, torch.Tensor) for v in torch.utils._pytree.tree_flatten(val)[0])
 
 
 def _specialized(value: torch.fx.Node) -> bool:
@@ -311,8 +355,8 @@ def is_dynamic(gm: torch.fx.GraphModule) -> bool:
     """Whether a traced graph has symbolic input sizes (``AutoParallel(..., dynamic=True)``)."""
     return any(
         isinstance(s, torch.SymInt)
-        for n in gm.graph.nodes
-        if n.op == "placeholder" and isinstance(n.meta.get("val"), torch.Tensor)
+        for n in gm.graph.find_nodes(op="placeholder")
+        if isinstance(n.meta.get("val"), torch.Tensor)
         for s in n.meta["val"].shape
     )
 
@@ -408,7 +452,8 @@ def build_size_constraints(
     the placements of every strategy of each node.
     """
     from ..formulations import Additions
-    from ..formulations._sites import node_roots, strategy_indicator
+    from ..formulations import _sites
+    from ..formulations._sites import strategy_indicator
 
     out = Additions()
     seen: set[tuple] = set()
@@ -436,7 +481,7 @@ def build_size_constraints(
     # A repeated layer's coupling over nodes linked to the same roots, whose strategies hold the
     # same placements, builds the root's rows again (its variables resolve to the root's): skip
     # it before building (on llama3 8 layers 8x8 the sums had 184,018 terms, most of them twins').
-    roots = node_roots(opt)
+    root_of = _sites.root_of(opt)  # looked up for the coupled nodes only
     fingerprints: dict[int, tuple[Any, ...]] = {}
 
     idents: dict[torch.fx.Node, Any] = {}
@@ -451,14 +496,14 @@ def build_size_constraints(
         node = to_opt.get(node, node) if to_opt is not None else node
         idx = opt.node_map[node]
         if per_cluster:
-            return roots.get(idx, idx)
+            return root_of(idx)
         fp = fingerprints.get(idx)
         if fp is None:
             fp = fingerprints[idx] = tuple(
                 None if (spec := _single_spec(s.output_specs)) is None else tuple(spec.placements)
                 for s in opt.strats[node].strategies
             )
-        return roots.get(idx, idx), fp
+        return root_of(idx), fp
 
     by_dim: dict[tuple[Any, int, int], list[pulp.LpVariable]] = {}
 
