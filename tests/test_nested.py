@@ -149,24 +149,32 @@ def test_a_pinned_parameter_keeps_the_memory_budget_solvable() -> None:
 
 def test_strategies_without_a_doubly_split_dim_are_skipped_with_the_same_rows(monkeypatch) -> None:
     """(N1)'s build looks only at strategies where some spec splits a tensor dim over two or more
-    mesh dims (``_may_nest``); looking at every strategy gives the same rows, notes and forbidden
-    strategies, and on 2x2 the filter skips most strategies (the cost of the build at depth)."""
+    mesh dims (``_may_nest``), and at no strategy of a node whose every spec's shape the whole
+    mesh divides (``_splits_evenly``: at depth, every layer's parameters); looking at every
+    strategy of every node gives the same rows, notes and forbidden strategies, and on 2x2 the
+    filters skip most strategies (the cost of the build at depth)."""
     from autoparallel.api import AutoParallel
 
     from autoparallel_constraints.formulations import Namer
     from autoparallel_constraints.plan import _nested
 
-    model_fn, input_fn = _linear()
+    # an 8 -> 8 linear whose every shape 2x2 divides, then the bias of 10 that nests unevenly
     with torch.device("meta"):
-        model = model_fn()
-    with AutoParallel(model, input_fn, cpu_mesh((2, 2))) as autop:
+        model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 10))
+    with AutoParallel(model, lambda: torch.randn(8, 8), cpu_mesh((2, 2))) as autop:
         opt = autop.sharding_optimizer
         calls = {True: 0, False: 0}
-        may_nest = _nested._may_nest
+        even = {True: 0, False: 0}
+        may_nest, splits_evenly = _nested._may_nest, _nested._splits_evenly
 
         def counted(strategy, active):
             found = may_nest(strategy, active)
             calls[found] += 1
+            return found
+
+        def counted_even(strategies, whole):
+            found = splits_evenly(strategies, whole)
+            even[found] += 1
             return found
 
         def rows():
@@ -175,9 +183,12 @@ def test_strategies_without_a_doubly_split_dim_are_skipped_with_the_same_rows(mo
                     {n.name: sorted(o) for n, o in built.forbidden.items()})
 
         monkeypatch.setattr(_nested, "_may_nest", counted)
+        monkeypatch.setattr(_nested, "_splits_evenly", counted_even)
         filtered = rows()
         monkeypatch.setattr(_nested, "_may_nest", lambda strategy, active: True)
+        monkeypatch.setattr(_nested, "_splits_evenly", lambda strategies, whole: False)
         every = rows()
     assert filtered[0], "the bias of 10 over 2x2 must give (N1) rows for the comparison to mean anything"
     assert filtered == every
     assert calls[False] > calls[True] > 0, calls
+    assert even[True] > 0 and even[False] > 0, even

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import operator
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
     from autoparallel.optimize_sharding import ShardingOptimizer
 
 logger = logging.getLogger(__name__)
+
+_INPUTS, _OUTPUTS = operator.attrgetter("input_specs"), operator.attrgetter("output_specs")
 
 __all__ = ["ClusterLayout", "Site", "cluster_layout", "find_sites", "node_roots", "root_of", "strategy_indicator", "twin_count"]
 
@@ -84,7 +87,7 @@ def find_sites(
         if binding is None:
             return None
         strategies = opt.strats[node].strategies
-        return binding, memo.verdicts(binding, [(s.input_specs, s.output_specs) for s in strategies])
+        return binding, memo.verdicts(binding, list(zip(map(_INPUTS, strategies), map(_OUTPUTS, strategies))))
 
     sites: list[Site] = []
     # the rows' nodes from FX's index by (op, target), in graph order: no pass over every node

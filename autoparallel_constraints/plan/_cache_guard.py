@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import operator
 from typing import Any
 
 from ..errors import StaleStrategiesError
@@ -42,6 +43,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["cache_key", "check_strategies", "clear", "install", "mesh_key"]
 
 _filled_for: tuple | None = None
+_OUTPUT_MESH = operator.attrgetter("output_specs.mesh")
 
 
 def mesh_key(mesh: Any) -> tuple:
@@ -143,15 +145,24 @@ def check_strategies(opt: Any, mesh: Any, *, per_cluster: bool = True) -> None:
     if per_cluster:  # the roots and the nodes of non-repeated parts, in order
         visit = ((node, opt.strats[node]) for node in map(opt.nodes.__getitem__, cluster_layout(opt).unlinked))
     for node, op_strategy in visit:
-        for strategy in getattr(op_strategy, "strategies", ()):
-            out = strategy.output_specs
-            found = read.get(id(out))
-            if found is None:
-                specs = out if isinstance(out, (list, tuple)) else (out,)
-                found = read[id(out)] = any(spec is not None and differs(spec.mesh) for spec in specs)
-            if found:
+        strategies = getattr(op_strategy, "strategies", ())
+        try:  # one output spec a strategy, the usual case: their meshes in a C loop, each mesh object keyed once
+            meshes = list(map(_OUTPUT_MESH, strategies))
+        except AttributeError:  # a tuple of outputs, or none: spec by spec
+            meshes = None
+        if meshes is not None:
+            if any(map(differs, dict(zip(map(id, meshes), meshes)).values())):
                 stale.append(node.name)
-                break
+        else:
+            for strategy in strategies:
+                out = strategy.output_specs
+                found = read.get(id(out))
+                if found is None:
+                    specs = out if isinstance(out, (list, tuple)) else (out,)
+                    found = read[id(out)] = any(spec is not None and differs(spec.mesh) for spec in specs)
+                if found:
+                    stale.append(node.name)
+                    break
         if len(stale) >= 5:
             break
     if stale:

@@ -51,8 +51,10 @@ from __future__ import annotations
 
 import logging
 import math
+import operator
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import chain, repeat
 from typing import TYPE_CHECKING, Any
 
 import pulp
@@ -186,6 +188,7 @@ def build_nested_constraints(opt: ShardingOptimizer, namer: Namer, *, per_cluste
     active = tuple(m for m, s in enumerate(mesh_shape) if s > 1)
     if len(active) < 2:
         return NestedRows(out, forbidden)  # nesting needs two mesh dims of size > 1
+    whole = math.prod(mesh_shape[m] for m in active)
     layout = cluster_layout(opt) if per_cluster else None
     root_of = layout.root if layout is not None else (lambda idx: idx)
     seen: set[Any] = set()
@@ -195,25 +198,36 @@ def build_nested_constraints(opt: ShardingOptimizer, namer: Namer, *, per_cluste
 
     # autoparallel's placement-option cache hands out strategies whose spec objects are shared
     # (``_copy_op_strategy``): the same objects (and node shape) have the same verdict, looked
-    # up by identity (the objects live in ``opt.strats`` throughout) before anything is read
-    by_objects: dict[tuple[int, int, Any], tuple[str, Any, NestedUneven] | None] = {}
+    # up by identity (the objects live in ``opt.strats`` throughout) before anything is read.
+    # node shape -> (id(output_specs), id(input_specs)) -> verdict (None: none)
+    by_objects: dict[Any, dict[tuple[int, int], tuple[str, Any, NestedUneven] | None]] = {}
 
     def analyse(node: torch.fx.Node, strategies: Sequence[Any]) -> tuple[list[int], Any] | None:
         val = node.meta.get("val")
         val_shape = _shape(None, val) if isinstance(val, torch.Tensor) else None  # once per node
+        seen = by_objects.setdefault(val_shape, {})
+        # every strategy's objects looked up at once (C loops): a node whose strategies were all
+        # seen without a nested uneven shard (an unlinked copy of an op in another layer, most
+        # nodes at depth) costs no Python step per strategy
+        idents = list(zip(map(id, map(_OUTPUTS, strategies)), map(id, map(_INPUTS, strategies))))
+        known = list(map(seen.get, idents, repeat(_UNSEEN)))
+        if known.count(None) == len(known):
+            return None
+        if _splits_evenly(strategies, whole):  # a layer's parameters: every shape splits evenly
+            return None
         bad: list[int] = []
         example = None
-        for o, strategy in enumerate(strategies):
-            ident = (id(strategy.output_specs), id(strategy.input_specs), val_shape)
-            if ident in by_objects:
-                found = by_objects[ident]
-            elif not _may_nest(strategy, active):
-                found = by_objects[ident] = None
-            else:
-                key = _key(strategy, val_shape)
-                if key not in cache:
-                    cache[key] = _strategy_uneven(strategy, mesh_shape, val)
-                found = by_objects[ident] = cache[key]
+        for o, found in enumerate(known):
+            if found is _UNSEEN:
+                strategy = strategies[o]
+                if not _may_nest(strategy, active):
+                    found = None
+                else:
+                    key = _key(strategy, val_shape)
+                    if key not in cache:
+                        cache[key] = _strategy_uneven(strategy, mesh_shape, val)
+                    found = cache[key]
+                seen[idents[o]] = found
             if found is not None:
                 bad.append(o)
                 example = example or found
@@ -296,6 +310,33 @@ def _may_nest(strategy: Any, active: Sequence[int]) -> bool:
 
 
 _IS_SHARD: dict[type, bool] = {}
+_OUTPUTS, _INPUTS = operator.attrgetter("output_specs"), operator.attrgetter("input_specs")
+_OUTPUT_META, _META = operator.attrgetter("output_specs.tensor_meta"), operator.attrgetter("tensor_meta")
+_UNSEEN = object()
+
+
+def _splits_evenly(strategies: Sequence[Any], whole: int) -> bool:
+    """Whether every spec of every strategy has tensor metadata whose every dim ``whole`` (the
+    product of the mesh dims of size > 1) divides: then no product of two or more of those mesh
+    dims leaves a remainder either (it divides ``whole``), and no strategy is nested uneven.
+
+    Read in C loops, each distinct metadata object once (specs of one node share them); False
+    whenever something is not a plain spec with metadata (a tuple of outputs, a missing input
+    spec, no metadata), and the strategies are then looked at one by one."""
+    try:
+        metas = list(map(_OUTPUT_META, strategies))
+        metas += map(_META, chain.from_iterable(map(_INPUTS, strategies)))
+    except (AttributeError, TypeError):
+        return False
+    for meta in dict(zip(map(id, metas), metas)).values():
+        shape = getattr(meta, "shape", None)
+        if shape is None:
+            return False
+        for size in shape:
+            size = _hint(size)
+            if size is None or size % whole:
+                return False
+    return True
 
 
 def _key(strategy: Any, val_shape: tuple[int, ...] | None) -> tuple[Any, ...]:

@@ -192,7 +192,7 @@ def add_op_constraints(
     build_seconds = time.perf_counter() - t0
 
     nodes = tuple(s.orig.name for s in sites)
-    constrained = tuple(s.orig.name for s in sites if s.bad_indices)
+    constrained = tuple(s.orig.name for s in sites if any(s.verdicts))  # some strategy with a mismatch
     added = AddedConstraints(
         formulation=form.name,
         rows=tuple(r.name for r in rules),

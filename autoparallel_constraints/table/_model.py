@@ -37,6 +37,7 @@ meshes by ``autoparallel_constraints.lab._groundtruth``.
 from __future__ import annotations
 
 import enum
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -459,6 +460,9 @@ def check(binding: Binding, input_specs: Sequence[DTensorSpec | None], output_sp
     return mismatches
 
 
+_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
+
+
 class CheckMemo:
     """:func:`check`'s verdicts by (binding, input specs, output specs).
 
@@ -467,12 +471,19 @@ class CheckMemo:
     repeated layer bind to equal ones) and specs with ``DTensorSpec.__eq__`` (placements, mesh,
     shard order, tensor meta; its hash is cached on the spec). ``hits``/``misses`` count lookups.
     One memo lives for one ``find_sites`` call, so nothing outlives the optimizer it describes.
+
+    A call whose every pair was answered before for the same objects (autoparallel's
+    placement-option cache gives each copy of an op the same spec objects: an op's unlinked
+    copies in every layer) is answered from the objects' ids in C loops, with no Python step per
+    strategy; the memo keeps those objects alive, so an id is not reused while it stands.
     """
 
-    __slots__ = ("_by_binding", "hits", "misses")
+    __slots__ = ("_by_binding", "_by_objects", "hits", "misses")
 
     def __init__(self) -> None:
         self._by_binding: dict[Binding, dict[tuple[Any, Any], tuple[Mismatch, ...]]] = {}
+        # binding -> (id(input_specs), id(output_specs)) -> (verdict, the two objects)
+        self._by_objects: dict[Binding, dict[tuple[int, int], tuple[tuple[Mismatch, ...], Any, Any]]] = {}
         self.hits = 0
         self.misses = 0
 
@@ -480,6 +491,11 @@ class CheckMemo:
         self, binding: Binding, strategies: Sequence[tuple[Sequence[DTensorSpec | None], Any]]
     ) -> tuple[tuple[Mismatch, ...], ...]:
         """The verdict of every ``(input_specs, output_specs)`` pair in ``strategies``."""
+        same = self._by_objects.setdefault(binding, {})
+        known = list(map(same.get, zip(map(id, map(_FIRST, strategies)), map(id, map(_SECOND, strategies)))))
+        if None not in known:
+            self.hits += len(known)
+            return tuple(map(_FIRST, known))
         table = self._by_binding.setdefault(binding, {})
         out: list[tuple[Mismatch, ...]] = []
         for input_specs, output_specs in strategies:
@@ -490,6 +506,7 @@ class CheckMemo:
                 self.misses += 1
             else:
                 self.hits += 1
+            same[(id(input_specs), id(output_specs))] = (verdict, input_specs, output_specs)
             out.append(verdict)
         return tuple(out)
 
