@@ -119,10 +119,31 @@ def _numbers(row: dict, case, shape: tuple[int, ...], call: str) -> dict:
     return row
 
 
+def outcome(row: dict) -> tuple[str, str]:
+    """A row's outcome and the reason, read from what it recorded."""
+    if row.get("not_run"):
+        return "not run", row["not_run"]
+    if not row.get("built"):
+        return "build failed", row.get("build_error", "")
+    if row.get("numerics") == "crash":
+        return "numbers crash", row.get("numerics_error", "")
+    checks = [
+        (row.get("audit") != "clean", f"audit: {row.get('audit')}"),
+        (row.get("verify") != "clean", f"verify: {row.get('verify')}"),
+        (row.get("unknown", 0) or row.get("unproven", 0), f"{row.get('unknown')} unknown, {row.get('unproven')} unproven"),
+        (row.get("numerics") != "exact", "numbers: " + "; ".join(row.get("failures", []))[:200]),
+    ]
+    reasons = [why for bad, why in checks if bad]
+    return ("proven exact", "") if not reasons else ("not proven", "; ".join(reasons))
+
+
 def render(rows: list[dict]) -> str:
     head = f"{'family':<12} {'L':>2} {'mesh':<5} {'call':<8} {'prec':<5} {'audit':<28} {'verify':<30} {'unk':>3} {'unpr':>4} {'numerics':<9} {'yardstick':>9} {'build s':>7} {'num s':>6}"
     lines = [head, "-" * len(head)]
     for r in rows:
+        if r.get("not_run"):
+            lines.append(f"{r['family']:<12} {'-':>2} {r['mesh']:<5} {'-':<8} {'-':<5} not run: {r['not_run']}")
+            continue
         if not r.get("built"):
             lines.append(f"{r['family']:<12} {r['layers']:>2} {r['mesh']:<5} {r['call']:<8} {r['precision']:<5} "
                          f"build failed: {r.get('build_error', '')[:80]}   numerics {r.get('numerics')}")
@@ -160,7 +181,13 @@ def main() -> None:
         return
     rows: list[dict] = json.loads(args.json.read_text()) if args.json and args.json.exists() else []
     layers = "all" if args.layers is None else str(args.layers)
+    from autoparallel_constraints.lab._torchtitan import TORCHTITAN_NOT_RUN
+
     for family in args.families.split(","):
+        if family in TORCHTITAN_NOT_RUN:
+            rows = [r for r in rows if r["family"] != family] + [
+                {"family": family, "mesh": "-", "layers": None, "call": "-", "precision": "-", "not_run": TORCHTITAN_NOT_RUN[family]}]
+            continue
         for mesh_text in args.meshes.split(","):
             for precision in args.precisions.split(","):
                 for call in args.calls.split(","):

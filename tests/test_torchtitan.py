@@ -178,3 +178,25 @@ def test_enable_gives_torchtitans_class_the_same_plan_as_the_explicit_call() -> 
         explicit.sharding_optimizer.prob.objective.value(), rel=1e-9)
     assert _plan(autop) == _plan(explicit)
     assert apc.verify(autop).ok
+
+
+def test_every_language_family_builds_with_torchtitans_sdpa_module() -> None:
+    """Every torchtitan family this sequence runs builds (on meta) with torchtitan's causal SDPA
+    module in each attention slot, Kimi's built by deepseek_v3's layer builder included, and takes
+    ``(tokens, positions)`` positionally; the families that cannot run say why."""
+    from torchtitan.models.common.attention import ScaledDotProductAttention
+
+    from autoparallel_constraints.errors import InvalidOptionError
+    from autoparallel_constraints.lab._torchtitan import TORCHTITAN_FAMILIES, TORCHTITAN_NOT_RUN
+
+    for family in TORCHTITAN_FAMILIES:
+        case = torchtitan_case(family, layers=1)
+        with torch.device("meta"):
+            model = case.model_fn()
+        inner = [m for m in model.modules() if isinstance(m, ScaledDotProductAttention)]
+        assert inner, f"{family}: no ScaledDotProductAttention module in the built model"
+        tokens, positions = case.input_fn()
+        assert tokens.shape == positions.shape
+    for family, why in TORCHTITAN_NOT_RUN.items():
+        with pytest.raises(InvalidOptionError, match=why[:20]):
+            torchtitan_case(family)
