@@ -327,3 +327,20 @@ def test_a_buffer_forward_updates_is_checked_against_one_device() -> None:
     assert report.ok, f"{report}\n{report.details}"
     check = report.check("mutated:buffer:seen")
     assert check.ok and check.max_ref > 0
+
+
+def test_mixed_precision_judges_an_updated_buffer_by_the_yardstick() -> None:
+    """Under ``mp_policy`` a buffer forward updates (an MoE's token counts) is judged as every other
+    floating tensor is, by the float64 yardstick (the float64 run's own buffer is the truth), not by
+    a float32 tolerance its bfloat16 routing cannot meet; one rank's buffer started 1.0 off fails."""
+    def bf16_input() -> torch.Tensor:
+        return torch.randn(8, 16, dtype=torch.bfloat16)
+
+    report = run_numerics(CountingLinear, bf16_input, (2,), mp_policy=_bf16_policy())
+    assert report.ok, f"{report}\n{report.details}"
+    check = report.check("mutated:buffer:seen")
+    assert check.yardstick is not None and "same-precision" in check.note, check.note
+    bad = run_numerics(CountingLinear, bf16_input, (2,), mp_policy=_bf16_policy(),
+                       perturb=ShardPerturbation(primal="buffer:seen", rank=1, delta=1.0))
+    failed = bad.check("mutated:buffer:seen")
+    assert not failed.ok and failed.yardstick is not None and failed.yardstick > 4.0, str(bad)

@@ -55,12 +55,12 @@ YARDSTICK_FACTOR = 4.0
 
 
 def float64_results(reference: Reference) -> dict[str, Tensor]:
-    """The outputs and gradients of ``reference``'s run again on one device, the model in float64.
+    """The outputs, gradients and updated buffers of ``reference``'s run again on one device, the model in float64.
 
     Same weights (a copy of ``reference.model``), same inputs and output gradients (floating ones
     cast to float64); named as :func:`~._numerics.compare` names its checks.
     """
-    model = copy.deepcopy(reference.model).double()
+    model = copy.deepcopy(reference.model).double()  # buffers as forward started (the reference restored them)
     model.zero_grad(set_to_none=True)
     inputs = tuple(
         t.double().requires_grad_(i in reference.input_grads) if t.is_floating_point() else t
@@ -74,6 +74,8 @@ def float64_results(reference: Reference) -> dict[str, Tensor]:
     results = {f"output[{i}]": t.detach() for i, t in enumerate(leaves)}
     results.update({f"grad:{n}": p.grad for n, p in model.named_parameters() if p.grad is not None})
     results.update({f"grad:input[{i}]": t.grad for i, t in enumerate(inputs) if isinstance(t, Tensor) and t.grad is not None})
+    # what forward left in a buffer it updates (an MoE's token counts): the float64 run's routing
+    results.update({f"mutated:buffer:{n}": b.detach() for n, b in model.named_buffers() if n in reference.buffers_after})
     return results
 
 
@@ -81,6 +83,7 @@ def _reference_tensors(reference: Reference) -> dict[str, Tensor]:
     tensors = {f"output[{i}]": t for i, t in enumerate(reference.outputs)}
     tensors.update({f"grad:{n}": g for n, g in reference.param_grads.items()})
     tensors.update({f"grad:input[{i}]": g for i, g in reference.input_grads.items()})
+    tensors.update({f"mutated:buffer:{n}": b for n, b in reference.buffers_after.items()})
     return tensors
 
 
