@@ -200,3 +200,25 @@ def test_every_language_family_builds_with_torchtitans_sdpa_module() -> None:
     for family, why in TORCHTITAN_NOT_RUN.items():
         with pytest.raises(InvalidOptionError, match=why[:20]):
             torchtitan_case(family)
+
+
+def test_torchtitan_zoo_rows_say_their_outcome_and_why(capsys) -> None:
+    """``zoo --torchtitan``: a family that cannot run the sequence is a row that says why; a row's
+    outcome is proven exact only when audit, verifier and numbers all are, and off-plan edges
+    (autoparallel's apply delivering other placements than planned) are told apart from a wrong
+    graph."""
+    from autoparallel_constraints.__main__ import main as cli
+    from autoparallel_constraints.lab._torchtitan_zoo import outcome
+
+    assert cli(["zoo", "--torchtitan", "--families", "flux,qwen3_5"]) == 0
+    printed = capsys.readouterr().out
+    assert "flux" in printed and "not run: a diffusion transformer" in printed and "Triton kernels" in printed
+
+    proven = {"family": "qwen3", "built": True, "audit": "clean", "verify": "clean", "unknown": 0, "unproven": 0,
+              "numerics": "exact"}
+    assert outcome(proven) == ("proven exact", "")
+    assert outcome({**proven, "audit": "2 edge_diverges"})[0] == "exact, off-plan edges"
+    assert outcome({**proven, "audit": "2 edge_diverges, 1 size_mismatch"})[0] == "not proven"
+    assert outcome({**proven, "unproven": 1})[0] == "not proven"
+    wrong = outcome({**proven, "numerics": "wrong", "failures": ["grad:w: off by 2x"]})
+    assert wrong[0] == "not proven" and "grad:w" in wrong[1]
