@@ -32,12 +32,13 @@ theirs), and ``_grouped_mm`` runs as one float64 matmul per group.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.utils._pytree as pytree
@@ -113,25 +114,25 @@ def float64_results(reference: Reference) -> dict[str, Tensor]:
     cast to float64); named as :func:`~._numerics.compare` names its checks.
     """
     try:
-        return _float64_run(reference)
+        return _float64_run(reference, contextlib.nullcontext())
     except (RuntimeError, TypeError) as exc:
         logger.info("the float64 run failed (%s); again with narrow casts rounded in float64", exc)
-        with _RoundedFloat64():
-            return _float64_run(reference)
+        return _float64_run(reference, _RoundedFloat64())
 
 
-def _float64_run(reference: Reference) -> dict[str, Tensor]:
+def _float64_run(reference: Reference, mode: contextlib.AbstractContextManager[Any]) -> dict[str, Tensor]:
     model = copy.deepcopy(reference.model).double()  # buffers as forward started (the reference restored them)
     model.zero_grad(set_to_none=True)
     inputs = tuple(
         t.double().requires_grad_(i in reference.input_grads) if t.is_floating_point() else t
         for i, t in enumerate(reference.inputs)
     )
-    out = model(*inputs)
-    leaves = [t for t in pytree.tree_leaves(out) if isinstance(t, Tensor)]
-    pairs = [(t, g.double()) for t, g in zip(leaves, reference.grad_outputs) if t.requires_grad]
-    if pairs:
-        torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
+    with mode:  # forward and backward only: copying a model under the mode would retype its storages
+        out = model(*inputs)
+        leaves = [t for t in pytree.tree_leaves(out) if isinstance(t, Tensor)]
+        pairs = [(t, g.double()) for t, g in zip(leaves, reference.grad_outputs) if t.requires_grad]
+        if pairs:
+            torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
     results = {f"output[{i}]": t.detach() for i, t in enumerate(leaves)}
     results.update({f"grad:{n}": p.grad for n, p in model.named_parameters() if p.grad is not None})
     results.update({f"grad:input[{i}]": t.grad for i, t in enumerate(inputs) if isinstance(t, Tensor) and t.grad is not None})
