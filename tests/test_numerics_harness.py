@@ -348,17 +348,19 @@ def test_mixed_precision_judges_an_updated_buffer_by_the_yardstick() -> None:
 
 class Bf16Experts(nn.Module):
     """gpt-oss's expert pattern: a hand-made bfloat16 cast, ``_grouped_mm`` (no float64 kernel on
-    CPU) and a scatter into a tensor of the activations' dtype, which refuses a float64 model."""
+    CPU) and a scatter into a tensor of the activations' dtype, which refuses a float64 model; a
+    plain float32 buffer, which a copy made under a dtype-changing mode would break."""
 
     def __init__(self) -> None:
         super().__init__()
         self.w = nn.Parameter(torch.randn(2, 16, 16) / 4)
+        self.register_buffer("scale", torch.full((16,), 0.5))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         offs = torch.tensor([3, 8], dtype=torch.int32)
         h = torch._grouped_mm(x.bfloat16(), self.w.bfloat16(), offs=offs)
         index = torch.arange(8).flip(0).unsqueeze(1).expand(8, 16)
-        return torch.zeros_like(x).scatter_add(0, index, h)
+        return torch.zeros_like(x).scatter_add(0, index, h) * self.scale.to(x.dtype)
 
 
 def test_yardstick_runs_a_model_that_refuses_float64() -> None:
