@@ -202,6 +202,14 @@ def render(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+_NUMBERS_FIELDS = ("numerics", "numerics_error", "worst_yardstick", "failures", "numerics_s")
+
+
+def _half_of(field: str) -> str:
+    """Which half of a row records ``field``; the row's identity counts as the build's."""
+    return "numbers" if field in _NUMBERS_FIELDS else "build"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The torchtitan zoo's options (``zoo --torchtitan`` and ``benchmarks/torchtitan_table.py``)."""
     parser.add_argument("--layers", type=int, default=None, help="torchtitan: the first N layers (default: all of the flavor)")
@@ -209,6 +217,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calls", default=",".join(CALLS), help="torchtitan: alone,default")
     parser.add_argument("--precisions", default=",".join(PRECISIONS), help="torchtitan: fp32,bf16")
     parser.add_argument("--timeout", type=int, default=1500, help="torchtitan: seconds per half row")
+    parser.add_argument("--halves", default="build,numbers",
+                        help="torchtitan: run only these halves of a row, keeping the other's fields from --json "
+                             "(e.g. numbers, after a change to the numerics harness only)")
     parser.add_argument("--cell", default=None, help=argparse.SUPPRESS)
 
 
@@ -235,8 +246,10 @@ def run_table(args: argparse.Namespace) -> int:
                     done = [r for r in rows if (r["family"], r["mesh"], r["call"], r["precision"]) == key]
                     if args.resume and done:
                         continue
-                    row = {}
-                    for half in ("build", "numbers"):
+                    halves = args.halves.split(",")
+                    kept = ("build", "numbers") if not done else [h for h in ("build", "numbers") if h not in halves]
+                    row = {k: v for k, v in (done[-1] if done else {}).items() if _half_of(k) in kept}
+                    for half in [h for h in ("build", "numbers") if h in halves or not done]:
                         cmd = [sys.executable, "-m", "autoparallel_constraints", "zoo", "--torchtitan",
                                "--cell", ",".join([family, layers, mesh_text, call, precision, half])]
                         try:
