@@ -127,3 +127,54 @@ def test_plain_checkpointing_with_a_repair_is_exact_clean_and_tagged() -> None:
     held = _forced("full")
     _assert_exact_and_clean(held)
     _assert_repair_in_region_is_tagged(held)
+
+
+def _torchtitan_with_ac(ac: str) -> dict:
+    """torchtitan's Llama3 debug model (2 layers, fp32) with its own ``FullAC`` / ``SelectiveAC``
+    applied to its layers, torchtitan's constraints and ``AutoParallelGraph``, the default call."""
+    from _torchtitan import require_torchtitan
+
+    require_torchtitan()
+    from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
+
+    from autoparallel_constraints.lab._torchtitan import autoparallel_graph_class, torchtitan_case
+
+    case = torchtitan_case("llama3", layers=2, mixed_precision=False)
+
+    def model_fn() -> torch.nn.Module:
+        model = case.model_fn()
+        (FullAC.Config() if ac == "full" else SelectiveAC.Config()).build().apply(model)
+        # apply() turns dynamo's LRU cache off for torchtitan's compile path; nothing here needs that
+        torch._C._dynamo.eval_frame._set_lru_cache(True)
+        return model
+
+    held: dict = {}
+
+    def configure(autop) -> None:
+        autop.add_parameter_memory_constraint(low=None, high=None)
+        autop.add_op_constraints()
+
+    def after(autop) -> None:
+        held.update(autop=autop, audit=apc.audit(autop), verify=apc.verify(autop))
+
+    with torch.fx.traceback.preserve_node_meta():
+        held["report"] = run_numerics(
+            model_fn, case.input_fn, (2, 2), configure=configure, parameter_memory_constraint=False,
+            input_placements=list(case.input_placements), output_placements=list(case.output_placements),
+            autoparallel_cls=autoparallel_graph_class(), after_apply=after,
+        )
+    return held
+
+
+@pytest.mark.ondemand
+@pytest.mark.parametrize("ac", ["full", "selective"])
+def test_torchtitans_own_checkpointing_is_exact_clean_and_tagged(ac: str) -> None:
+    """torchtitan 0.3.0's ``FullAC`` and ``SelectiveAC`` (its per-op policy: compute-intensive ops
+    saved, every second matmul recomputed) on its Llama3: exact, audit clean, proven, and every
+    plugin node serving an op of a region (here the materialized edges) carries its tags."""
+    held = _torchtitan_with_ac(ac)
+    _assert_exact_and_clean(held)
+    joint = held["autop"].gm.graph.nodes
+    assert any(n.meta.get("recompute") is not None for n in joint), "torchtitan's AC left no region in the graph"
+    checked, wrong = tag_mismatches(held["autop"], held["audit"])
+    assert checked and not wrong, "\n".join(wrong)
