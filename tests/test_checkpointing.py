@@ -4,12 +4,13 @@ plugin's redistributions inside a region carrying the region's recompute tags.
 The block (``models.CheckpointedBlock``: attention + gated MLP, the body checkpointed) runs on a 2x2
 CPU mesh with the gate's ``mul`` pinned to a swapped strategy (``(S(0), S(1))`` against
 ``(S(1), S(0))``, batch == seq so local shapes agree and only numbers could tell), so the default
-call must repair it with a named redistribution inside the region. Default tier: selective
-checkpointing (``create_selective_checkpoint_contexts``, matmuls saved); full tier: plain
-``checkpoint(use_reentrant=False)``; on demand: torchtitan 0.3.0's own ``FullAC`` and
-``SelectiveAC`` wrapped around its Llama3 debug model's layers. Each: exact against one device,
-audit clean, every output proven; every plugin node serving an op of a region carries that op's
-``recompute`` policy and ``ac_graph_id``.
+call must repair it with a named redistribution inside the region. Full tier: selective
+checkpointing (``create_selective_checkpoint_contexts``, matmuls saved); on demand: plain
+``checkpoint(use_reentrant=False)``, and torchtitan 0.3.0's own ``FullAC`` and ``SelectiveAC``
+wrapped around its Llama3 debug model's layers. Each: exact against one device, audit clean, every
+output proven; every plugin node serving an op of a region carries that op's ``recompute`` policy
+and ``ac_graph_id``. Default tier (no build): the apply step's insertion copies the tags of the op
+it feeds.
 
 Before: the repair node took only the op's trace meta, so inside a region it was an untagged op,
 which the partitioner saves for backward (a collective is forced MUST_SAVE, an untagged input of a
@@ -104,24 +105,54 @@ def _assert_repair_in_region_is_tagged(held: dict) -> None:
     assert checked and not wrong, "\n".join(wrong)
 
 
+def test_an_inserted_repair_copies_the_checkpoint_tags_of_the_op_it_feeds() -> None:
+    """``materialize`` on a two-input op of a region: the inserted node carries the op's
+    ``recompute``, ``ac_graph_id`` and ``partitioner_tag`` (and the graph is restored on exit)."""
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec
+    from torch.distributed.tensor._op_schema import OpSpec
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    from autoparallel_constraints.apply._materialize import apc_redistribute, materialize
+    from autoparallel_constraints.harness._cpu import cpu_mesh
+    from autoparallel_constraints.plan._state import PlannedRedistribute
+
+    gm = torch.fx.symbolic_trace(lambda gate, up: gate * up)
+    gate, up, mul = list(gm.graph.nodes)[:3]
+    tags = {"recompute": CheckpointPolicy.PREFER_RECOMPUTE, "ac_graph_id": 3, "partitioner_tag": "is_forward"}
+    mul.meta.update(tags)
+    mesh = cpu_mesh((2, 2))
+    spec_gate, spec_up = DTensorSpec(mesh, GATE), DTensorSpec(mesh, UP)
+    placement = {gate: OpSpec(output_specs=spec_gate), up: OpSpec(output_specs=spec_up),
+                 mul: OpSpec(output_specs=spec_gate, input_specs=[spec_gate, spec_up])}
+    planned = [PlannedRedistribute(node=mul.name, op=str(MUL), arg="other", spec_index=1, source=spec_up,
+                                   target=spec_gate, constraint="explicit.redistribute_000", cost=0.0)]
+    with materialize(gm, placement, planned):
+        (inserted,) = [n for n in gm.graph.nodes if n.target is apc_redistribute]
+        assert mul.args[1] is inserted
+        assert {k: inserted.meta.get(k) for k in tags} == tags
+    assert mul.args == (gate, up) and len(gm.graph.nodes) == 4
+
+
 @pytest.fixture(scope="module")
 def selective() -> dict:
     return _forced("selective")
 
 
+@pytest.mark.full
 def test_selective_checkpointing_with_a_repair_is_exact_and_clean(selective) -> None:
     """Selective AC (matmuls saved) with the default call repairing the pinned gate inside the
     region: exact, audit clean, every output proven."""
     _assert_exact_and_clean(selective)
 
 
+@pytest.mark.full
 def test_the_repair_inside_a_selective_region_carries_its_tags(selective) -> None:
     """The repair's nodes (a collective among them) carry the gate's recompute policy and
     checkpoint id, as does every other plugin node serving an op of the region."""
     _assert_repair_in_region_is_tagged(selective)
 
 
-@pytest.mark.full
+@pytest.mark.ondemand
 def test_plain_checkpointing_with_a_repair_is_exact_clean_and_tagged() -> None:
     """``checkpoint(use_reentrant=False)`` around the whole body: the same three checks and tags."""
     held = _forced("full")
