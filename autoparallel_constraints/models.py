@@ -7,12 +7,16 @@ Built from code only, nothing is downloaded.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+
+from .errors import InvalidOptionError
 
 __all__ = ["SEED_CONFIG", "AddMul", "FlattenedHeads", "SeedBlock", "SeedConfig", "SeedStack"]
 
@@ -497,3 +501,53 @@ def local_map_block(mesh: Any, *, nheads: int = 4, dim1: int = 32, dim2: int = 6
             return o0 + self.w2(torch.relu(self.w1(o0)))
 
     return LocalMapBlock
+
+
+__all__ += ["CHECKPOINT_MODES", "CheckpointedBlock"]
+
+#: How :class:`CheckpointedBlock` checkpoints its body: not at all, the whole body
+#: (``torch.utils.checkpoint.checkpoint``), or selectively (matmuls saved, the rest recomputed).
+CHECKPOINT_MODES = ("none", "full", "selective")
+
+
+def _save_matmuls(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
+    """The selective policy: a matmul's output is saved, every other op recomputed."""
+    if op in (torch.ops.aten.mm.default, torch.ops.aten.bmm.default):
+        return CheckpointPolicy.MUST_SAVE
+    return CheckpointPolicy.PREFER_RECOMPUTE
+
+
+class CheckpointedBlock(nn.Module):
+    """An attention + gated-MLP residual block whose body runs under activation checkpointing.
+
+    ``h = x + wo(softmax(q kᵀ/√d) v)``, ``out = h + w2(silu(w1 h) * w3 h)``, the body wrapped by
+    ``checkpoint(..., use_reentrant=False)`` (``ac="full"``), with
+    ``create_selective_checkpoint_contexts`` and a matmul-saving policy (``"selective"``), or not
+    at all (``"none"``). The gate ``silu(w1 h) * w3 h`` is the body's only forward ``mul.Tensor``,
+    a table op the tests can force a plugin redistribution into. Attention is written out, not
+    SDPA, so the trace has no generator state to carry through the checkpoint.
+    """
+
+    def __init__(self, dim: int = 32, heads: int = 4, hidden: int = 64, ac: str = "none") -> None:
+        super().__init__()
+        if ac not in CHECKPOINT_MODES:
+            raise InvalidOptionError(f"ac={ac!r}: CheckpointedBlock checkpoints by {', '.join(CHECKPOINT_MODES)}")
+        self.heads, self.ac = heads, ac
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(dim, dim, bias=False) for _ in range(4))
+        self.w1 = nn.Linear(dim, hidden, bias=False)
+        self.w3 = nn.Linear(dim, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, dim, bias=False)
+
+    def _body(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = (w(x).unflatten(-1, (self.heads, -1)).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
+        scores = torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1)
+        h = x + self.wo((scores @ v).transpose(1, 2).flatten(-2))
+        return h + self.w2(nn.functional.silu(self.w1(h)) * self.w3(h))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.ac == "none":
+            return self._body(x)
+        if self.ac == "full":
+            return checkpoint(self._body, x, use_reentrant=False)
+        context_fn = functools.partial(create_selective_checkpoint_contexts, _save_matmuls)
+        return checkpoint(self._body, x, use_reentrant=False, context_fn=context_fn)
