@@ -238,6 +238,8 @@ def run_table(args: argparse.Namespace) -> int:
         if family in TORCHTITAN_NOT_RUN:
             rows = [r for r in rows if r["family"] != family] + [
                 {"family": family, "mesh": "-", "layers": None, "call": "-", "precision": "-", "not_run": TORCHTITAN_NOT_RUN[family]}]
+            if json_path:
+                json_path.write_text(json.dumps(rows, indent=1))
             continue
         for mesh_text in args.meshes.split(","):
             for precision in args.precisions.split(","):
