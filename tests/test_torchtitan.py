@@ -16,6 +16,7 @@ static apply emitting ``split`` + ``getitem`` for a Replicate -> Shard step.
 
 from __future__ import annotations
 
+import json
 import operator
 
 import pytest
@@ -202,7 +203,7 @@ def test_every_language_family_builds_with_torchtitans_sdpa_module() -> None:
             torchtitan_case(family)
 
 
-def test_torchtitan_zoo_rows_say_their_outcome_and_why(capsys) -> None:
+def test_torchtitan_zoo_rows_say_their_outcome_and_why(capsys, tmp_path) -> None:
     """``zoo --torchtitan``: a family that cannot run the sequence is a row that says why; a row's
     outcome is proven exact only when audit, verifier and numbers all are, and off-plan edges
     (autoparallel's apply delivering other placements than planned) are told apart from a wrong
@@ -210,9 +211,12 @@ def test_torchtitan_zoo_rows_say_their_outcome_and_why(capsys) -> None:
     from autoparallel_constraints.__main__ import main as cli
     from autoparallel_constraints.lab._torchtitan_zoo import outcome
 
-    assert cli(["zoo", "--torchtitan", "--families", "flux,qwen3_5"]) == 0
+    rows = tmp_path / "rows.json"
+    assert cli(["zoo", "--torchtitan", "--families", "flux,qwen3_5", "--json", str(rows)]) == 0
     printed = capsys.readouterr().out
     assert "flux" in printed and "not run: a diffusion transformer" in printed and "Triton kernels" in printed
+    written = json.loads(rows.read_text())  # the not-run rows are part of the table's record too
+    assert {r["family"]: bool(r.get("not_run")) for r in written} == {"flux": True, "qwen3_5": True}
 
     proven = {"family": "qwen3", "built": True, "audit": "clean", "verify": "clean", "unknown": 0, "unproven": 0,
               "numerics": "exact"}
