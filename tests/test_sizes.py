@@ -230,9 +230,13 @@ def test_sizes_false_brings_the_failure_back():
 
 
 def test_baseline_2d_fails_at_apply():
-    """(2,2) baseline: autoparallel's own apply fails (the plan's local sizes disagree)."""
+    """(2,2) baseline: autoparallel's own apply fails (the plan's local sizes disagree), and the
+    error carries the plugin's note (PEP 678, shown in the report's error): the couplings the plan
+    breaks, by node, and that the plugin's call keeps plans out of them."""
     report, _ = _run(CAT_2D)
     assert not report.ok and report.error.startswith("apply:") and "narrow unexpectedly changed" in report.error
+    assert "[autoparallel_constraints: the plan breaks" in report.error, report.error
+    assert "size(" in report.error and "add_op_constraints()" in report.error, report.error
 
 
 UNEVEN = ModelSpec(

@@ -16,6 +16,7 @@ static apply emitting ``split`` + ``getitem`` for a Replicate -> Shard step.
 
 from __future__ import annotations
 
+import json
 import operator
 
 import pytest
@@ -34,9 +35,10 @@ from autoparallel_constraints.lab._torchtitan import autoparallel_graph_class, t
 aten = torch.ops.aten
 
 
-def _static_build(family: str, layers: int, *, plugin: bool):
+def _static_build(family: str, layers: int, *, plugin: bool, **options):
     """torchtitan's sequence on a static 2x2 build, applied the way ``apply_placement_for_fx_module``
-    starts (``_apply_placement_common``); returns the exited ``autop``."""
+    starts (``_apply_placement_common``); returns the exited ``autop``. ``options`` go to the
+    plugin's call."""
     case = torchtitan_case(family, layers=layers)
     with torch.device("meta"):
         model = case.model_fn()
@@ -44,7 +46,7 @@ def _static_build(family: str, layers: int, *, plugin: bool):
     with autoparallel_graph_class()(model, case.input_fn, mesh, mp_policy=case.mp_policy) as autop:
         case.configure(autop)
         if plugin:
-            autop.add_op_constraints()  # verify="raise": a refused plan fails here
+            autop.add_op_constraints(**options)  # verify="raise": a refused plan fails here
         else:
             apc.use_solver(autop, "highs-lp")
         placement = autop.optimize_placement()
@@ -103,17 +105,27 @@ def test_autoparallel_alone_on_highs_lp_is_proven() -> None:
     assert report.ok and report.n_unknown == 0, str(report)
 
 
+@pytest.mark.ondemand
+def test_default_call_on_cbc_is_proven() -> None:
+    """The same case with the default call on CBC, which picks another plan of the same objective
+    than highs-lp: proven too (its numbers: the on-demand case below). On demand: 3 minutes on
+    the shared 2-core machine, CBC's solve most of it."""
+    report = apc.verify(_static_build("llama3", 2, plugin=True, solver="cbc"))
+    assert report.ok and report.n_unknown == 0, str(report)
+
+
 @pytest.mark.full
-@pytest.mark.parametrize("call", ["alone", "default"])
+@pytest.mark.parametrize("call", ["alone", "default", pytest.param("default-cbc", marks=pytest.mark.ondemand)])
 def test_mixed_precision_numbers_match_one_device(call: str) -> None:
     """bfloat16 parameters / float32 reduction, every rank simulated, against one device running
-    the same precision: every output and gradient within the float64 yardstick."""
+    the same precision: every output and gradient within the float64 yardstick (the default call
+    on highs-lp and, on demand, on CBC)."""
     case = torchtitan_case("llama3", layers=2)
 
     def configure(autop) -> None:  # run_numerics pins the inputs and outputs itself
         autop.add_parameter_memory_constraint(low=None, high=None)
-        if call == "default":
-            autop.add_op_constraints()
+        if call.startswith("default"):
+            autop.add_op_constraints(**({"solver": "cbc"} if call == "default-cbc" else {}))
         else:
             apc.use_solver(autop, "highs-lp")
 
@@ -202,7 +214,7 @@ def test_every_language_family_builds_with_torchtitans_sdpa_module() -> None:
             torchtitan_case(family)
 
 
-def test_torchtitan_zoo_rows_say_their_outcome_and_why(capsys) -> None:
+def test_torchtitan_zoo_rows_say_their_outcome_and_why(capsys, tmp_path) -> None:
     """``zoo --torchtitan``: a family that cannot run the sequence is a row that says why; a row's
     outcome is proven exact only when audit, verifier and numbers all are, and off-plan edges
     (autoparallel's apply delivering other placements than planned) are told apart from a wrong
@@ -210,9 +222,12 @@ def test_torchtitan_zoo_rows_say_their_outcome_and_why(capsys) -> None:
     from autoparallel_constraints.__main__ import main as cli
     from autoparallel_constraints.lab._torchtitan_zoo import outcome
 
-    assert cli(["zoo", "--torchtitan", "--families", "flux,qwen3_5"]) == 0
+    rows = tmp_path / "rows.json"
+    assert cli(["zoo", "--torchtitan", "--families", "flux,qwen3_5", "--json", str(rows)]) == 0
     printed = capsys.readouterr().out
     assert "flux" in printed and "not run: a diffusion transformer" in printed and "Triton kernels" in printed
+    written = json.loads(rows.read_text())  # the not-run rows are part of the table's record too
+    assert {r["family"]: bool(r.get("not_run")) for r in written} == {"flux": True, "qwen3_5": True}
 
     proven = {"family": "qwen3", "built": True, "audit": "clean", "verify": "clean", "unknown": 0, "unproven": 0,
               "numerics": "exact"}

@@ -39,7 +39,7 @@ import torch.fx.traceback as fx_traceback
 from torch.utils._pytree import tree_flatten
 
 from ..core._tags import REGION, TAG
-from ..plan._sizes import SizeCoupling, find_size_couplings, is_dynamic
+from ..plan._sizes import SizeCoupling, find_size_couplings, is_dynamic, size_mismatches
 from ..plan._state import PlannedRedistribute, get_state
 from ..table import default_table
 
@@ -469,6 +469,29 @@ def _explicit_edge(
 # The wrapper around AutoParallel._apply_placement_common
 
 
+def _note_broken_sizes(exc: BaseException, record: ApplyRecord, mesh_shape: tuple[int, ...], *, plugin_sizes: bool) -> None:
+    """Tell why an apply that raised most likely did: the size couplings its plan breaks.
+
+    autoparallel's apply localizes shape arguments by rule (``plan/_sizes.py``); a plan that breaks
+    one builds tensors of the wrong local size, and the apply fails far from the cause (a broadcast
+    or view error, #348's class). The note names the couplings, so the error points at the plan.
+    """
+    spec_of = lambda n: record.placement[n].output_specs if n in record.placement else None  # noqa: E731
+    try:
+        broken = size_mismatches(record.size_couplings, spec_of, mesh_shape)
+    except Exception:  # noqa: BLE001 - a note must never replace the error it explains
+        logger.debug("size check of a failed apply failed", exc_info=True)
+        return
+    if not broken:
+        return
+    shown = "; ".join(why for _, why in broken[:3]) + (f"; and {len(broken) - 3} more" if len(broken) > 3 else "")
+    advice = ("" if plugin_sizes else
+              " autop.add_op_constraints() (sizes=True, the default) keeps plans out of them.")
+    exc.add_note(f"autoparallel_constraints: the plan breaks {len(broken)} size coupling(s) autoparallel's apply "
+                 f"localizes by rule, the likely cause: {shown}.{advice}")
+    logger.warning("apply failed on a plan that breaks %d size coupling(s)", len(broken))
+
+
 def _wrap_apply_placement_common(original: Any) -> Any:
     @functools.wraps(original)
     def _apply_placement_common(self: Any, sharding_placement: dict[torch.fx.Node, Any]) -> Any:
@@ -487,6 +510,9 @@ def _wrap_apply_placement_common(original: Any) -> Any:
             with tag_nodes(self.gm, table_ops), materialize(self.gm, sharding_placement, planned) as effective:
                 record.effective = effective
                 result = original(self, effective)
+        except Exception as exc:
+            _note_broken_sizes(exc, record, tuple(self.mesh.shape), plugin_sizes=bool(state and state.added.size_couplings))
+            raise
         finally:
             _RECORD.reset(token)
         record.parallel_gm = self.parallel_gm

@@ -372,7 +372,8 @@ def _physical(autop: AutoParallel, placement: PlacementMap) -> dict[str, Placeme
 def _error_text(stage: str, exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     first = lines[0] if lines else ""
-    return f"{stage}: {type(exc).__name__}: {first}{' ...' if len(lines) > 1 else ''}"
+    notes = "".join(f" [{note}]" for note in getattr(exc, "__notes__", ()))  # e.g. the sizes a plan breaks
+    return f"{stage}: {type(exc).__name__}: {first}{' ...' if len(lines) > 1 else ''}{notes}"
 
 
 def run_numerics(

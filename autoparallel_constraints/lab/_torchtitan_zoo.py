@@ -117,7 +117,10 @@ def _numbers(row: dict, case, shape: tuple[int, ...], call: str) -> dict:
     )
     if report.error is not None:
         row["numerics"] = "crash"
-        row["numerics_error"] = report.error[:300]
+        error, _, note = report.error.partition(" [autoparallel_constraints: ")
+        row["numerics_error"] = error[:300]
+        if note:  # the plugin's note on a failed apply: the size couplings the plan breaks
+            row["numerics_note"] = note.rstrip("]")[:600]
     else:
         row["numerics"] = "exact" if report.ok else "wrong"
         sticks = [c.yardstick for c in report.checks if c.yardstick is not None]
@@ -199,10 +202,12 @@ def render(rows: list[dict]) -> str:
             lines.append(f"    {f[:150]}")
         if r.get("numerics_error"):
             lines.append(f"    {r['numerics_error'][:150]}")
+        if r.get("numerics_note"):
+            lines.append(f"    note: {r['numerics_note'][:300]}")
     return "\n".join(lines)
 
 
-_NUMBERS_FIELDS = ("numerics", "numerics_error", "worst_yardstick", "failures", "numerics_s")
+_NUMBERS_FIELDS = ("numerics", "numerics_error", "numerics_note", "worst_yardstick", "failures", "numerics_s")
 
 
 def _half_of(field: str) -> str:
@@ -238,6 +243,8 @@ def run_table(args: argparse.Namespace) -> int:
         if family in TORCHTITAN_NOT_RUN:
             rows = [r for r in rows if r["family"] != family] + [
                 {"family": family, "mesh": "-", "layers": None, "call": "-", "precision": "-", "not_run": TORCHTITAN_NOT_RUN[family]}]
+            if json_path:
+                json_path.write_text(json.dumps(rows, indent=1))
             continue
         for mesh_text in args.meshes.split(","):
             for precision in args.precisions.split(","):
