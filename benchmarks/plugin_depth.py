@@ -85,6 +85,7 @@ def child(model: str, layers: int, mesh: tuple[int, ...], profile: bool, per_nod
                 "sites": len(added.nodes), "rows": len(added.constraint_names), "bounds": len(added.bound_names),
                 "bounded_variables": sum(len(b.variables) for b in autop._apc_state.additions.bounds.values()),
                 "digest": _digest(autop, added),
+                "package": str(Path(autoparallel_constraints.__file__).parent),  # which checkout ran
             }
             if solve:  # the plan: objective and every node's strategy (not timed)
                 placement = autop.optimize_placement()

@@ -1,9 +1,10 @@
 """Guards the plugin on repeated layers (autoparallel's cluster links): one decision per cluster
 root binds every layer, explicit's cost enters the objective once per layer (autoparallel's own
 multiplier), and every layer gets its own materialized node — exact under LocalTensorMode; and
-the plugin's analysis done once per cluster root (``_plugin.PER_CLUSTER``) adds exactly what the
-analysis of every node adds (rows, bounds, notes, variables, sites, nested verdicts, size rows as
-a plain build makes them) and leads to the same objective and strategy for every node."""
+the plugin's analysis done once per cluster root (``_plugin.PER_CLUSTER``) with its shortcuts
+(verdicts memoized by spec objects, nodes whose shapes the mesh divides skipped) adds exactly what
+the plain analysis of every node adds (rows, bounds, notes, variables, sites, nested verdicts,
+size rows as a plain build makes them) and leads to the same objective and strategy for every node."""
 
 from __future__ import annotations
 
@@ -123,10 +124,33 @@ def test_explicit_on_linked_layers_prices_each_layer_and_materializes_each(make_
 # The plugin's work once per cluster root (``_plugin.PER_CLUSTER``) against every node
 
 
+class _PlainMemo:
+    """No memo: every strategy of every node checked afresh (the reference path's verdicts)."""
+
+    hits = misses = 0
+
+    def verdicts(self, binding, strategies):
+        from autoparallel_constraints.table import check
+
+        return tuple(tuple(check(binding, i, o)) for i, o in strategies)
+
+
+def _plain_reference(patch):
+    """The reference path's shortcuts off: no verdict memo (``CheckMemo``), every strategy of
+    every node analysed for nested shards (no ``_splits_evenly`` skip, no ``_may_nest`` filter)."""
+    from autoparallel_constraints.formulations import _sites
+    from autoparallel_constraints.plan import _nested
+
+    patch.setattr(_sites, "CheckMemo", _PlainMemo)
+    patch.setattr(_nested, "_splits_evenly", lambda strategies, whole: False)
+    patch.setattr(_nested, "_may_nest", lambda strategy, active: True)
+
+
 def _build_both_ways(model_fn, input_fn, mesh_shape, input_placements, formulation="strict"):
     """Build and solve one model twice, matching, binding, sizing and nested analysis per cluster
-    root and then on every node; what each added (names, coefficients, right-hand sides, bounds,
-    notes, variables), its sites and nested verdicts, and its plan (objective, every node's strategy)."""
+    root with every shortcut, and then on every node the plain way (:func:`_plain_reference`);
+    what each added (names, coefficients, right-hand sides, bounds, notes, variables), its sites
+    and nested verdicts, and its plan (objective, every node's strategy)."""
     from autoparallel.api import AutoParallel
 
     from autoparallel_constraints.plan import _plugin
@@ -138,6 +162,8 @@ def _build_both_ways(model_fn, input_fn, mesh_shape, input_placements, formulati
             model = model_fn()
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(_plugin, "PER_CLUSTER", per_cluster)
+            if not per_cluster:
+                _plain_reference(patch)
             with AutoParallel(model, input_fn, cpu_mesh(mesh_shape)) as autop:
                 autop.add_input_constraints(input_placements)
                 added = autop.add_op_constraints(formulation=formulation, solver="highs")
