@@ -234,3 +234,18 @@ def test_falcon_h1_2x2_mamba2_mutants_are_caught():
     report = run_mutations(["falcon_h1"], [(2, 2)])
     assert not report.bad_originals, report
     assert not report.misses, report
+
+
+@pytest.mark.ondemand
+def test_torchtitan_llama3_mixed_precision_mutants_are_caught():
+    """torchtitan's Llama3 (2 layers) with its mixed precision through its AutoParallelGraph, every
+    mutant judged by the float64 yardstick: the unmutated graph is exact and clean, and no mutant
+    that breaks the numbers passes the verifier. Rests on torchtitan 0.3.0's Llama3."""
+    from _torchtitan import require_torchtitan
+
+    from autoparallel_constraints.testing import run_mutations
+
+    require_torchtitan()
+    report = run_mutations(["torchtitan_llama3"], [(2, 2)])
+    assert not report.bad_originals, report
+    assert not report.misses, report

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -57,6 +58,7 @@ from torch.distributed.tensor.placement_types import Placement, Replicate, Shard
 from ..harness._cpu import cpu_mesh, device_name
 from ..harness._numerics import Reference, build_reference, compare
 from ..harness._parallel import apply_on_one_rank, run_parallel_graph
+from ..harness._yardstick import against_float64
 from ._mutants import OPERATORS, NotConstructible, Site, find_sites, make_mutant
 
 if TYPE_CHECKING:
@@ -141,6 +143,29 @@ class Source:
     rtol: float = 1e-5
     limit: int | None = None  # at most this many sites per operator per build (a seeded sample)
     note: str = ""
+    # mixed precision: built with this policy, one device runs the same precision, and every
+    # floating tensor is judged by the float64 yardstick (as run_numerics(mp_policy=...) does)
+    mp_policy: Any = None
+    autoparallel_cls: Callable[[], type] | None = None  # an AutoParallel subclass (torchtitan's), built lazily
+
+
+def _torchtitan_llama3() -> Any:
+    from ._torchtitan import torchtitan_case
+
+    return torchtitan_case("llama3", layers=2)
+
+
+def _torchtitan_policy() -> Any:
+    """torchtitan's mixed precision (``torchtitan_case``'s), built without importing torchtitan."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, cast_forward_inputs=False)
+
+
+def _autoparallel_graph() -> type:
+    from ._torchtitan import autoparallel_graph_class
+
+    return autoparallel_graph_class()
 
 
 def _fuzz_spec() -> Any:
@@ -186,6 +211,7 @@ def sources() -> dict[str, Source]:
         )
 
     llama_model, llama_input = llama3_small()
+    titan = functools.cache(_torchtitan_llama3)
     falcon_model, falcon_input = falcon_tiny()
     spec = _fuzz_spec()
     return {
@@ -218,6 +244,18 @@ def sources() -> dict[str, Source]:
                             input_fn=lambda: zoo_model("falcon_h1")[1](), atol=1e-4, rtol=1e-4, limit=3,
                             meshes=((2, 2),), on_demand_meshes=(), note="transformers Falcon-H1, tiny defaults, eager: a Mamba2 "
                                                    "backward's cat of inputs with several readings each"),
+        # torchtitan's Llama3 with its mixed precision (bf16 parameters, fp32 reduction), built by
+        # its AutoParallelGraph with its constraints; imported only when built (the torchtitan extra)
+        "torchtitan_llama3": Source(
+            name="torchtitan_llama3", model_fn=lambda: titan().model_fn(), input_fn=lambda: titan().input_fn(),
+            input_placements=lambda ndim: list(titan().input_placements),
+            output_placements=lambda ndim: list(titan().output_placements),
+            parameter_memory_constraint=False,
+            configure=lambda autop: autop.add_parameter_memory_constraint(low=None, high=None),
+            mp_policy=_torchtitan_policy(), autoparallel_cls=_autoparallel_graph, limit=3, meshes=((2, 2),),
+            on_demand_meshes=(),
+            note="torchtitan 0.3.0's Llama3 debug model, 2 layers, bf16 params / fp32 reduce, AutoParallelGraph",
+        ),
         "fuzz": Source(
             name="fuzz", model_fn=lambda: FuzzModel(spec), input_fn=lambda: torch.randn(4, 4, 16),
             output_placements=lambda ndim: [None], parameter_memory_constraint=False, atol=1e-4, rtol=1e-4,
@@ -252,8 +290,9 @@ def build_source(source: Source, mesh_shape: tuple[int, ...]) -> Built:
 
     start = time.perf_counter()
     ndim = len(mesh_shape)
-    reference = build_reference(source.model_fn, source.input_fn, seed=0)
+    reference = build_reference(source.model_fn, source.input_fn, seed=0, mp_policy=source.mp_policy)
     mesh = cpu_mesh(mesh_shape)
+    cls = AutoParallel if source.autoparallel_cls is None else source.autoparallel_cls()
     with torch.device("meta"):
         meta_model = source.model_fn()
     traced = [(tuple(t.shape), t.dtype) for t in reference.inputs]
@@ -261,7 +300,8 @@ def build_source(source: Source, mesh_shape: tuple[int, ...]) -> Built:
     def traced_inputs() -> tuple[Tensor, ...]:
         return tuple(torch.empty(shape, dtype=dtype) for shape, dtype in traced)
 
-    with device_name(), source.context(), AutoParallel(meta_model, traced_inputs, mesh, dynamic=True) as autop:
+    with device_name(), source.context(), cls(meta_model, traced_inputs, mesh, mp_policy=source.mp_policy,
+                                              dynamic=True) as autop:
         autop.add_input_constraints(source.input_placements(ndim))
         autop.add_output_constraints(source.output_placements(ndim))
         if source.parameter_memory_constraint:
@@ -445,7 +485,10 @@ def _numbers(built: Built, gm: GraphModule) -> tuple[str, str]:
     try:
         ref = built.reference
         run = run_parallel_graph(autop, built.placement, ref.model, ref.inputs, ref.grad_outputs)
-        checks = compare(ref, run, atol=built.source.atol, rtol=built.source.rtol)
+        if built.source.mp_policy is not None:  # bf16 rounding: judged by the float64 yardstick only
+            checks = list(against_float64(compare(ref, run), ref, run, every=True))
+        else:
+            checks = compare(ref, run, atol=built.source.atol, rtol=built.source.rtol)
     except Exception as exc:  # noqa: BLE001 - a mutant that raises is numerically wrong
         lines = str(exc).strip().splitlines()
         return "crash", f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]
@@ -670,8 +713,8 @@ def add_subcommand(subparsers: Any) -> None:
     p = subparsers.add_parser("mutate", help="break correct parallel graphs one thing at a time; the verifier "
                               "must agree with the numbers", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sources", default=None, help="comma list of seed, seed_swapped, llama3, falcon, olmo2, fuzz, "
-                   "fuzz_all (default: all)")
+    p.add_argument("--sources", default=None, help="comma list of seed, seed_swapped, llama3, falcon, olmo2, falcon_h1, "
+                   "torchtitan_llama3, fuzz, fuzz_all (default: all)")
     p.add_argument("--meshes", default=None, help="comma list like 2,2x2,2x4,4x2 (default: each source's own); 2x2x2 "
                    "builds seed, fuzz and fuzz_all on the 3-D mesh (4-9 minutes each)")
     p.add_argument("--operators", default=None, help=f"comma list of {', '.join(OPERATORS)} (default: all)")
