@@ -106,9 +106,10 @@ def test_a_wrong_declaration_is_caught(default_call) -> None:
     from torch.distributed.tensor.placement_types import Replicate
 
     rr = (Replicate(), Replicate())
-    sharded = [name for name, (ins, _) in declared.items() if any(p is not None and tuple(p) != rr for p in ins)]
+    sharded = [name for name, (ins, *_) in declared.items() if any(p is not None and tuple(p) != rr for p in ins)]
     assert sharded, "no region takes a sharded input in this plan"
-    lying = {**declared, sharded[0]: (tuple(rr for _ in declared[sharded[0]][0]), declared[sharded[0]][1])}
+    ins, *rest = declared[sharded[0]]
+    lying = {**declared, sharded[0]: (tuple(rr for _ in ins), *rest)}
     inputs, outputs = contract(autop)
     report = verify_graph(autop.parallel_gm, autop.mesh, inputs, outputs, regions=lying)
     assert any(v.kind == "region_input" and sharded[0] in v.reason for v in report.violations), explain(report)

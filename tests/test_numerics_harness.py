@@ -353,3 +353,57 @@ def test_a_buffer_forward_updates_is_checked_against_one_device() -> None:
     assert report.ok, explain(report)
     check = report.check("mutated:buffer:seen")
     assert check.ok and check.max_ref > 0
+
+
+def test_mixed_precision_judges_an_updated_buffer_by_the_yardstick() -> None:
+    """Under ``mp_policy`` a buffer forward updates (an MoE's token counts) is judged as every other
+    floating tensor is, by the float64 yardstick (the float64 run's own buffer is the truth), not by
+    a float32 tolerance its bfloat16 routing cannot meet; one rank's buffer started 1.0 off fails."""
+    def bf16_input() -> torch.Tensor:
+        return torch.randn(8, 16, dtype=torch.bfloat16)
+
+    report = run_numerics(CountingLinear, bf16_input, (2,), mp_policy=_bf16_policy())
+    assert report.ok, f"{report}\n{report.details}"
+    check = report.check("mutated:buffer:seen")
+    assert check.yardstick is not None and "same-precision" in check.note, check.note
+    bad = run_numerics(CountingLinear, bf16_input, (2,), mp_policy=_bf16_policy(),
+                       perturb=ShardPerturbation(primal="buffer:seen", rank=1, delta=1.0))
+    failed = bad.check("mutated:buffer:seen")
+    assert not failed.ok and failed.yardstick is not None and failed.yardstick > 4.0, str(bad)
+
+
+class Bf16Experts(nn.Module):
+    """gpt-oss's expert pattern: a hand-made bfloat16 cast, ``_grouped_mm`` (no float64 kernel on
+    CPU) and a scatter into a tensor of the activations' dtype, which refuses a float64 model; a
+    plain float32 buffer, which a copy made under a dtype-changing mode would break."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(2, 16, 16) / 4)
+        self.register_buffer("scale", torch.full((16,), 0.5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        offs = torch.tensor([3, 8], dtype=torch.int32)
+        h = torch._grouped_mm(x.bfloat16(), self.w.bfloat16(), offs=offs)
+        index = torch.arange(8).flip(0).unsqueeze(1).expand(8, 16)
+        return torch.zeros_like(x).scatter_add(0, index, h) * self.scale.to(x.dtype)
+
+
+def test_yardstick_runs_a_model_that_refuses_float64() -> None:
+    """A model that casts to bfloat16 by hand and calls ``_grouped_mm`` raises in float64; the
+    yardstick then runs it in float64 with those casts rounded in place and ``_grouped_mm`` as a
+    float64 matmul per group: every result float64, and as close to the bfloat16 run as bfloat16
+    rounding allows (a wrong group or a lost cast would be off by the whole value)."""
+    from autoparallel_constraints.harness._numerics import build_reference
+    from autoparallel_constraints.harness._yardstick import float64_results
+
+    x = torch.randn(8, 16, dtype=torch.bfloat16)
+    reference = build_reference(Bf16Experts, lambda: x.clone(), seed=0, mp_policy=_bf16_policy())
+    with pytest.raises(RuntimeError, match="dtype"):
+        Bf16Experts().double()(x.double())
+    exact = float64_results(reference)
+    assert set(exact) >= {"output[0]", "grad:w"}
+    assert all(t.dtype == torch.float64 for t in exact.values())
+    for name, got in (("output[0]", reference.outputs[0]), ("grad:w", reference.param_grads["w"])):
+        error = float((exact[name] - got.double()).norm() / got.double().norm())
+        assert error < 2e-2, f"{name}: {error:.2e} from the bfloat16 run"

@@ -179,3 +179,47 @@ def test_enable_gives_torchtitans_class_the_same_plan_as_the_explicit_call() -> 
         explicit.sharding_optimizer.prob.objective.value(), rel=1e-9)
     assert _plan(autop) == _plan(explicit)
     assert apc.verify(autop).ok
+
+
+def test_every_language_family_builds_with_torchtitans_sdpa_module() -> None:
+    """Every torchtitan family this sequence runs builds (on meta) with torchtitan's causal SDPA
+    module in each attention slot, Kimi's built by deepseek_v3's layer builder included, and takes
+    ``(tokens, positions)`` positionally; the families that cannot run say why."""
+    from torchtitan.models.common.attention import ScaledDotProductAttention
+
+    from autoparallel_constraints.errors import InvalidOptionError
+    from autoparallel_constraints.lab._torchtitan import TORCHTITAN_FAMILIES, TORCHTITAN_NOT_RUN
+
+    for family in TORCHTITAN_FAMILIES:
+        case = torchtitan_case(family, layers=1)
+        with torch.device("meta"):
+            model = case.model_fn()
+        inner = [m for m in model.modules() if isinstance(m, ScaledDotProductAttention)]
+        assert inner, f"{family}: no ScaledDotProductAttention module in the built model"
+        tokens, positions = case.input_fn()
+        assert tokens.shape == positions.shape
+    for family, why in TORCHTITAN_NOT_RUN.items():
+        with pytest.raises(InvalidOptionError, match=why[:20]):
+            torchtitan_case(family)
+
+
+def test_torchtitan_zoo_rows_say_their_outcome_and_why(capsys) -> None:
+    """``zoo --torchtitan``: a family that cannot run the sequence is a row that says why; a row's
+    outcome is proven exact only when audit, verifier and numbers all are, and off-plan edges
+    (autoparallel's apply delivering other placements than planned) are told apart from a wrong
+    graph."""
+    from autoparallel_constraints.__main__ import main as cli
+    from autoparallel_constraints.lab._torchtitan_zoo import outcome
+
+    assert cli(["zoo", "--torchtitan", "--families", "flux,qwen3_5"]) == 0
+    printed = capsys.readouterr().out
+    assert "flux" in printed and "not run: a diffusion transformer" in printed and "Triton kernels" in printed
+
+    proven = {"family": "qwen3", "built": True, "audit": "clean", "verify": "clean", "unknown": 0, "unproven": 0,
+              "numerics": "exact"}
+    assert outcome(proven) == ("proven exact", "")
+    assert outcome({**proven, "audit": "2 edge_diverges"})[0] == "exact, off-plan edges"
+    assert outcome({**proven, "audit": "2 edge_diverges, 1 size_mismatch"})[0] == "not proven"
+    assert outcome({**proven, "unproven": 1})[0] == "not proven"
+    wrong = outcome({**proven, "numerics": "wrong", "failures": ["grad:w: off by 2x"]})
+    assert wrong[0] == "not proven" and "grad:w" in wrong[1]

@@ -12,6 +12,8 @@ call. The plugin wraps that method (so both paths carry it) and does three thing
    DTensor's — and the op's strategy is given ``τ`` for that input so nothing else moves. Every
    traced op of the node carries ``meta["custom"]["apc_constraint"]`` in the parallel graph and
    the node's final op is renamed after the constraint (``apc_explicit_redistribute_000``).
+   Inside an activation-checkpointed region the node carries the op's checkpoint tags
+   (:data:`REGION_META_KEYS`), so the partitioner saves or recomputes it with the region.
 2. **Record** what the interpreter really executes on every edge: the planned source and target
    specs and the target it actually redistributed to (at the pin, Partial targets are turned
    into Replicate: upstream PR #517). The audit compares these with the plan.
@@ -51,6 +53,13 @@ __all__ = ["ApplyRecord", "EdgeRecord", "PlannedRedistribute", "apc_redistribute
 NODE_TAG = "apc_node"  # meta["custom"] key: the joint-graph node a parallel-graph node came from
 MATERIALIZED_PREFIX = "all."  # constraint name of a materialize="all" node: all.redistribute_000
 OP_TAG = "apc_op"  # meta["custom"] key: that node's op family (see op_family)
+# What a plugin node takes from the op it feeds besides its trace: the activation-checkpointing
+# tags torch's checkpoint tracing puts on every op of a region (the policy, the region's id) and
+# the forward/backward tag. The interpreter copies them from the node it runs onto every op it
+# traces, so autoparallel's own redistributions into a region op carry them; an untagged plugin
+# node would be an op outside the region to the partitioner, which saves such a node for backward
+# (a collective, or an input of a recomputed op) instead of recomputing it with the region.
+REGION_META_KEYS = ("recompute", "ac_graph_id", "partitioner_tag")
 
 
 def op_family(target: Any) -> str | None:
@@ -153,7 +162,7 @@ def materialize(
             with gm.graph.inserting_before(node):
                 new = gm.graph.call_function(apc_redistribute, (producer, plan.source, plan.target))
             new.meta["val"] = producer.meta.get("val")
-            for key in ("stack_trace", "nn_module_stack", "seq_nr"):
+            for key in ("stack_trace", "nn_module_stack", "seq_nr", *REGION_META_KEYS):
                 if key in node.meta:
                     new.meta[key] = node.meta[key]
             new.meta["custom"] = {**node.meta.get("custom", {}), TAG: plan.constraint, NODE_TAG: plan.node}

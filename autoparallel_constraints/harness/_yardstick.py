@@ -22,20 +22,28 @@ and a tensor is rounding when ``plan <= YARDSTICK_FACTOR * device``: the plan is
 as one device. A plan error is as large in float64 as in float32 and dwarfs ``device`` (a 2x
 gradient: a ratio in the hundreds). This is the usual test for a fused kernel (its error against a
 float64 reference within a small factor of the eager float32 error).
+
+Some models refuse float64: gpt-oss's experts cast to bfloat16 by hand and run ``_grouped_mm``,
+which has no float64 kernel, then scatter into a tensor of the activations' dtype. For those the
+float64 run is redone under :class:`_RoundedFloat64`: every tensor stays float64, a cast to a
+narrower float rounds the values in place (the model's own rounding, as its float32 islands keep
+theirs), and ``_grouped_mm`` runs as one float64 matmul per group.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.utils._pytree as pytree
 from torch import Tensor
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ._records import Reference, TensorCheck
 
@@ -54,26 +62,82 @@ __all__ = ["YARDSTICK_FACTOR", "against_float64", "float64_results", "yardstick_
 YARDSTICK_FACTOR = 4.0
 
 
+_NARROW = (torch.float32, torch.bfloat16, torch.float16)
+
+
+class _RoundedFloat64(TorchDispatchMode):
+    """Keeps a float64 run in float64 where the model casts down or calls a kernel without float64.
+
+    A floating result narrower than float64 (a cast, a factory with an explicit dtype) is computed
+    as the model asks, so its values carry that dtype's rounding, and handed on as float64: the
+    next op sees float64 inputs only. ``aten._grouped_mm`` with float64 inputs runs as a float64
+    matmul per group (its CPU kernel takes float32 and narrower only).
+    """
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204 - torch's protocol
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._grouped_mm.default:
+            out = _grouped_mm_float64(*args, **kwargs)
+            if out is not None:
+                return out
+        out = func(*args, **kwargs)
+        return pytree.tree_map_only(
+            Tensor, lambda t: t.to(torch.float64) if t.dtype in _NARROW else t, out
+        )
+
+
+def _grouped_mm_float64(a: Tensor, b: Tensor, offs: Tensor | None = None, bias: Tensor | None = None,
+                        out_dtype: torch.dtype | None = None) -> Tensor | None:
+    """``_grouped_mm`` in float64 for the two layouts an MoE's forward and backward use: a 2-D
+    ``a`` whose rows are grouped by ``offs`` against a 3-D ``b`` (one matrix per group), and two
+    2-D operands grouped along the shared dim (a weight's gradient, one matrix per group out).
+    None for any other call (the op then runs as the model made it)."""
+    if a.dtype != torch.float64 or offs is None or bias is not None or a.dim() != 2:
+        return None
+    ends = offs.tolist()
+    starts = [0, *ends[:-1]]
+    if b.dim() == 3:
+        out = a.new_zeros(a.shape[0], b.shape[-1])
+        for group, (start, end) in enumerate(zip(starts, ends)):
+            out[start:end] = a[start:end] @ b[group]
+        return out
+    if b.dim() == 2:
+        return torch.stack([a[:, start:end] @ b[start:end] for start, end in zip(starts, ends)])
+    return None
+
+
 def float64_results(reference: Reference) -> dict[str, Tensor]:
-    """The outputs and gradients of ``reference``'s run again on one device, the model in float64.
+    """The outputs, gradients and updated buffers of ``reference``'s run again on one device, the
+    model in float64; redone under :class:`_RoundedFloat64` when the model refuses float64.
 
     Same weights (a copy of ``reference.model``), same inputs and output gradients (floating ones
     cast to float64); named as :func:`~._numerics.compare` names its checks.
     """
-    model = copy.deepcopy(reference.model).double()
+    try:
+        return _float64_run(reference, contextlib.nullcontext())
+    except (RuntimeError, TypeError) as exc:
+        logger.info("the float64 run failed (%s); again with narrow casts rounded in float64", exc)
+        return _float64_run(reference, _RoundedFloat64())
+
+
+def _float64_run(reference: Reference, mode: contextlib.AbstractContextManager[Any]) -> dict[str, Tensor]:
+    model = copy.deepcopy(reference.model).double()  # buffers as forward started (the reference restored them)
     model.zero_grad(set_to_none=True)
     inputs = tuple(
         t.double().requires_grad_(i in reference.input_grads) if t.is_floating_point() else t
         for i, t in enumerate(reference.inputs)
     )
-    out = model(*inputs)
-    leaves = [t for t in pytree.tree_leaves(out) if isinstance(t, Tensor)]
-    pairs = [(t, g.double()) for t, g in zip(leaves, reference.grad_outputs) if t.requires_grad]
-    if pairs:
-        torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
+    with mode:  # forward and backward only: copying a model under the mode would retype its storages
+        out = model(*inputs)
+        leaves = [t for t in pytree.tree_leaves(out) if isinstance(t, Tensor)]
+        pairs = [(t, g.double()) for t, g in zip(leaves, reference.grad_outputs) if t.requires_grad]
+        if pairs:
+            torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
     results = {f"output[{i}]": t.detach() for i, t in enumerate(leaves)}
     results.update({f"grad:{n}": p.grad for n, p in model.named_parameters() if p.grad is not None})
     results.update({f"grad:input[{i}]": t.grad for i, t in enumerate(inputs) if isinstance(t, Tensor) and t.grad is not None})
+    # what forward left in a buffer it updates (an MoE's token counts): the float64 run's routing
+    results.update({f"mutated:buffer:{n}": b.detach() for n, b in model.named_buffers() if n in reference.buffers_after})
     return results
 
 
@@ -81,6 +145,7 @@ def _reference_tensors(reference: Reference) -> dict[str, Tensor]:
     tensors = {f"output[{i}]": t for i, t in enumerate(reference.outputs)}
     tensors.update({f"grad:{n}": g for n, g in reference.param_grads.items()})
     tensors.update({f"grad:input[{i}]": g for i, g in reference.input_grads.items()})
+    tensors.update({f"mutated:buffer:{n}": b for n, b in reference.buffers_after.items()})
     return tensors
 
 

@@ -8,7 +8,9 @@ models by family and flavor (shrunk to ``layers`` layers) with that sequence as 
 * mixed precision: bfloat16 parameters, float32 gradient reduction, ``cast_forward_inputs=False``;
 * ``add_parameter_memory_constraint(low=None, high=None)``;
 * inputs ``(tokens, positions)``, both ``(S(0), R)`` on a ``(dp, tp)`` mesh;
-* logits ``(S(0), S(2))``: the vocabulary split over ``tp`` (``loss_parallel``).
+* logits ``(S(0), S(2))``: the vocabulary split over ``tp`` (``loss_parallel``);
+* ``spmd_backend="partial_dtensor"``, which the graph trainer's config sets (the default,
+  ``spmd_types``, asserts mesh-axis types inside ``forward`` that a trace has no mesh for).
 
 What cannot run as released, and what is done instead (``docs/limits.md``):
 
@@ -20,6 +22,11 @@ What cannot run as released, and what is done instead (``docs/limits.md``):
 * ``parallelize_autoparallel_llama`` asks ``ParallelDims.get_optional_mesh("fsdp")``, which 0.3.0's
   ``ParallelDims`` rejects (its mesh dims are ``dp_shard``, ``tp``, ...): the sequence is replayed
   here on a ``(dp, tp)`` CPU mesh instead of calling that function.
+
+torchtitan's autoparallel path is written for llama3 and deepseek_v3 only; the other language
+families (:data:`TORCHTITAN_FAMILIES`) run the same sequence. Kimi K2.7 takes ``positions`` by
+keyword only, so it is called through :class:`_PositionsByKeyword`. The families that cannot run
+this sequence, and why, are :data:`TORCHTITAN_NOT_RUN`.
 """
 
 from __future__ import annotations
@@ -39,17 +46,30 @@ from ..errors import InvalidOptionError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TORCHTITAN_FAMILIES", "TorchtitanCase", "autoparallel_graph_class", "torchtitan_case"]
+__all__ = ["TORCHTITAN_FAMILIES", "TORCHTITAN_NOT_RUN", "TorchtitanCase", "autoparallel_graph_class", "torchtitan_case"]
 
 #: torchtitan's model families (``torchtitan/models/``) and the module each is registered in.
 TORCHTITAN_FAMILIES: dict[str, str] = {
     "llama3": "torchtitan.models.llama3",
     "deepseek_v3": "torchtitan.models.deepseek_v3",
     "qwen3": "torchtitan.models.qwen3",
-    "qwen3_5": "torchtitan.models.qwen3_5",
     "gpt_oss": "torchtitan.models.gpt_oss",
     "kimi_k2_7": "torchtitan.models.kimi_k2_7",
+    "muse_glimmer": "torchtitan.models.muse_glimmer",
 }
+
+#: torchtitan 0.3.0's model families that cannot run this sequence on CPU, with why.
+TORCHTITAN_NOT_RUN: dict[str, str] = {
+    "qwen3_5": "its Gated DeltaNet layers call flash-linear-attention's Triton kernels unconditionally "
+               "(fla.ops.gated_delta_rule, fla.modules.conv): no CPU path. torchtitan 0.3.0 imports "
+               "fla.modules.conv.triton, which fla-core 0.6.0 no longer ships and 0.5.2 fails to import "
+               "with triton 3.9.0",
+    "flux": "a diffusion transformer (image latents, text embeddings, timesteps; no tokens or positions): "
+            "not the language-model sequence torchtitan's autoparallel path runs",
+}
+
+#: Families whose top module takes ``positions`` by keyword only.
+_KEYWORD_POSITIONS = frozenset({"kimi_k2_7"})
 
 
 def _require_torchtitan() -> None:
@@ -71,21 +91,43 @@ def autoparallel_graph_class() -> type:
 
 
 @contextlib.contextmanager
-def _sdpa_backend(module: Any) -> Iterator[None]:
-    """``attn_backend="sdpa"`` builds torchtitan's causal ``ScaledDotProductAttention`` while the
-    family's config is made (0.3.0 refuses the name; see the module docstring)."""
+def _sdpa_backend() -> Iterator[None]:
+    """``attn_backend="sdpa"`` builds torchtitan's causal ``ScaledDotProductAttention`` while a
+    family's config is made (0.3.0 refuses the name; see the module docstring). Patched in every
+    loaded family module: Kimi builds its layers with deepseek_v3's builder."""
+    import sys
+
     from torchtitan.models.common.attention import ScaledDotProductAttention
 
-    original = module.get_attention_config
+    originals = {
+        name: module.get_attention_config for name, module in list(sys.modules.items())
+        if name.startswith("torchtitan.models.") and hasattr(module, "get_attention_config")
+    }
 
-    def get_attention_config(backend: str) -> Any:
-        return ScaledDotProductAttention.Config() if backend == "sdpa" else original(backend)
+    def patched(original: Callable[..., Any]) -> Callable[..., Any]:
+        def get_attention_config(backend: str, *args: Any, **kwargs: Any) -> Any:
+            return ScaledDotProductAttention.Config() if backend == "sdpa" else original(backend, *args, **kwargs)
 
-    module.get_attention_config = get_attention_config
+        return get_attention_config
+
+    for name, original in originals.items():
+        sys.modules[name].get_attention_config = patched(original)
     try:
         yield
     finally:
-        module.get_attention_config = original
+        for name, original in originals.items():
+            sys.modules[name].get_attention_config = original
+
+
+class _PositionsByKeyword(torch.nn.Module):
+    """Calls ``model(tokens, positions=positions)``: autoparallel passes its inputs positionally."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return self.model(tokens, positions=positions)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -134,13 +176,19 @@ def torchtitan_case(
     ``mixed_precision=False`` keeps everything in float32 (torchtitan's default is bfloat16
     parameters with float32 reduction). On a 1-D mesh the logits are ``(S(0),)``.
     """
+    if family in TORCHTITAN_NOT_RUN:
+        raise InvalidOptionError(f"torchtitan's {family} is not run here: {TORCHTITAN_NOT_RUN[family]}")
     if family not in TORCHTITAN_FAMILIES:
         raise InvalidOptionError(f"unknown torchtitan family {family!r}; known: {', '.join(TORCHTITAN_FAMILIES)}")
     if mesh_ndim not in (1, 2):
         raise InvalidOptionError(f"torchtitan's autoparallel path takes a (dp,) or (dp, tp) mesh, not {mesh_ndim}-D")
     _require_torchtitan()
+    from torchtitan.distributed import utils as dist_utils
+
+    # process-wide in torchtitan too: its graph trainer sets it once from its config
+    dist_utils.set_spmd_backend("partial_dtensor")
     module = importlib.import_module(TORCHTITAN_FAMILIES[family])
-    with _sdpa_backend(module):
+    with _sdpa_backend():
         config = module.model_registry(flavor, attn_backend="sdpa").model
     if layers is not None:
         if not 1 <= layers <= len(config.layers):
@@ -164,6 +212,7 @@ def torchtitan_case(
     x = (Shard(0), Replicate()) if mesh_ndim == 2 else (Shard(0),)
     logits = (Shard(0), Shard(2)) if mesh_ndim == 2 else (Shard(0),)
     return TorchtitanCase(
-        family=family, flavor=flavor, layers=len(config.layers), model_fn=config.build, input_fn=input_fn,
+        family=family, flavor=flavor, layers=len(config.layers), input_fn=input_fn,
+        model_fn=(lambda: _PositionsByKeyword(config.build())) if family in _KEYWORD_POSITIONS else config.build,
         mp_policy=mp_policy, input_placements=(x, x), output_placements=(logits,),
     )

@@ -441,6 +441,10 @@ def _load_rows(paths: Sequence[str]) -> list[ZooRow]:
 
 
 def _zoo_command(args: argparse.Namespace) -> int:
+    if args.torchtitan:
+        from ._torchtitan_zoo import run_table
+
+        return run_table(args)
     if args.table:
         rows = _load_rows(args.table.split(","))
         print(format_table(rows))
@@ -496,5 +500,11 @@ def add_zoo_subcommand(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true",
                    help="keep the rows --json FILE already holds, run only the families it lacks, append")
     p.add_argument("--table", default=None, help="run nothing: print the table of these --json files (comma list)")
+    p.add_argument("--torchtitan", action="store_true",
+                   help="torchtitan's model families the way torchtitan runs them (default: every family it ships), "
+                        "alone and with the default call; the options below marked torchtitan")
+    from ._torchtitan_zoo import add_arguments
+
+    add_arguments(p)
     p.set_defaults(func=_zoo_command)
     return p

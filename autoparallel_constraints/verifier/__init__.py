@@ -35,6 +35,7 @@ ends *proven* or *unknown* with its reason; unknowns are counted per op, never s
 The verifier by concern: ``_contract`` (the interface contract and :func:`verify`), ``_walk`` (the
 walk over the graph), ``_collectives`` and ``_mesh`` (collectives, process groups, rank slices),
 ``_views`` (views and reshapes), ``_propagation`` (DTensor propagation, table rows, local shapes),
+``_regions`` (local_map regions: read by their declaration, their Replicate claims checked),
 ``_orders`` (shard orders), ``_values`` (the abstract values) and ``_report`` (what it says).
 
 It knows nothing of how the graph was built, so it sits below the apply step, which runs it as its

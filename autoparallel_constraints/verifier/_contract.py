@@ -76,15 +76,28 @@ def contract(
     return inputs, outputs
 
 
-def regions(autop: Any) -> dict[str, tuple[tuple[Any, ...], tuple[Any, ...]]]:
+def regions(autop: Any) -> dict[str, tuple[tuple[Any, ...], tuple[Any, ...], tuple[tuple[int, ...] | None, ...]]]:
     """Every ``local_map`` region of ``autop``'s joint graph: its node's name -> the in and out
-    placements its user declared (the contract the region is read by)."""
+    placements its user declared and the global shape of each declared output (the contract the
+    region is read by): None where that output is not a tensor (a backward region's gradient of
+    an input that needs none), -1 for a data-dependent size."""
     out = {}
     for node in autop.gm.graph.nodes:
         kwargs = node.meta.get("local_map_kwargs") if node.op == "call_function" else None
         if kwargs and "call_local_map" in str(node.target):
-            out[node.name] = (tuple(kwargs.get("in_placements") or ()), tuple(kwargs.get("out_placements") or ()))
+            ins, outs = tuple(kwargs.get("in_placements") or ()), tuple(kwargs.get("out_placements") or ())
+            out[node.name] = (ins, outs, _output_shapes(node)[: len(outs)])  # then the saved activations
     return out
+
+
+def _output_shapes(node: torch.fx.Node) -> tuple[tuple[int, ...] | None, ...]:
+    val = node.meta.get("val")
+    vals = val if isinstance(val, (list, tuple)) else (val,)
+    return tuple(
+        tuple(-1 if isinstance(s, torch.SymInt) and s.node.hint is None else int(_concrete_hint((s,))[0])
+              for s in v.shape) if isinstance(v, torch.Tensor) else None
+        for v in vals
+    )
 
 
 def _with_meta(spec: Any, node: torch.fx.Node) -> Any:

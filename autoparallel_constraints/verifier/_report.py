@@ -19,6 +19,7 @@ KINDS = (
     "local_shape",
     "output_mismatch",
     "region_input",  # a local_map region gets an input in placements its declaration does not take
+    "region_output",  # a local_map region's output declared Replicate on a mesh dim its value varies along
 )
 
 

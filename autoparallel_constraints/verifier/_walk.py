@@ -12,7 +12,6 @@ import operator
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -20,14 +19,15 @@ import torch.fx
 from torch.distributed.tensor.placement_types import Partial, Replicate, Shard
 from torch.utils._pytree import tree_flatten, tree_map
 
-from ..core._placements import fmt_placements, fmt_spec
-from ..core._tags import REGION, TAG
+from ..core._placements import fmt_spec
+from ..core._tags import TAG
 from ..errors import AuditError
 from ._collectives import _Collectives
 from ._decomposed import _Decomposed
 from ._mesh import _group_names, _mesh_dims_of
 from ._orders import _as_shard_order
 from ._propagation import _dtensor_memos, _Propagation
+from ._regions import _InRegion, _Regions
 from ._report import GraphViolation, VerifyReport
 from ._values import (
     _CASTS,
@@ -51,7 +51,6 @@ from ._values import (
     _Mesh,
     _op_name,
     _MAX_READINGS,
-    _contiguous_stride,
     _reading_combos,
     _Readings,
     _returns_tensors,
@@ -85,14 +84,15 @@ def verify_graph(
     outputs: Sequence[tuple[str, DTensorSpec | None]],
     *,
     table: Table | None = None,
-    regions: Mapping[str, tuple[Sequence[Any], Sequence[Any]]] | None = None,
+    regions: Mapping[str, Sequence[Any]] | None = None,
 ) -> VerifyReport:
     """Verify ``gm`` given its interface: one spec per placeholder, one (name, spec) per output.
 
     ``regions``: each ``local_map`` region (its joint node's name, which the apply step puts on
     the ops of its body as ``meta["custom"]["apc_region"]``) with the in and out placements its
-    user declared. A region's body runs on local shards, so DTensor's rules do not describe it: it
-    is read by that declaration instead (:meth:`_Verifier._region_value`)."""
+    user declared and, optionally third, each output's global shape. A region's body runs on local
+    shards, so DTensor's rules do not describe it: it is read by that declaration instead, and its
+    ``Replicate`` claims checked by the mesh dims its values vary along (:mod:`._regions`)."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     start = time.perf_counter()
@@ -122,14 +122,7 @@ def verify_graph(
     return report
 
 
-@dataclass(frozen=True, slots=True)
-class _InRegion:
-    """A value inside a local_map region's body: proven by the region's declaration."""
-
-    region: str
-
-
-class _Verifier(_Collectives, _Views, _Decomposed, _Propagation):
+class _Verifier(_Regions, _Collectives, _Views, _Decomposed, _Propagation):
     def __init__(
         self,
         gm: torch.fx.GraphModule,
@@ -137,10 +130,11 @@ class _Verifier(_Collectives, _Views, _Decomposed, _Propagation):
         inputs: Sequence[DTensorSpec | None],
         outputs: Sequence[tuple[str, DTensorSpec | None]],
         table: Table | None,
-        regions: Mapping[str, tuple[Sequence[Any], Sequence[Any]]] | None = None,
+        regions: Mapping[str, Sequence[Any]] | None = None,
     ) -> None:
         self.gm = gm
         self.regions = dict(regions or {})
+        self.varies: dict[torch.fx.Node, frozenset[int] | None] = {}  # region body value -> mesh dims it varies along
         self.mesh = mesh
         self.inputs = [_as_shard_order(s) for s in inputs]
         self.outputs = [(name, _as_shard_order(s)) for name, s in outputs]
@@ -205,83 +199,6 @@ class _Verifier(_Collectives, _Views, _Decomposed, _Propagation):
                 self._count(node, value)
             elif isinstance(value, _Unknown) and not value.reason.startswith("depends on unknown"):
                 self.unknown_reasons[node.name] = value.reason  # a non-tensor root cause (mesh, group, coordinate)
-
-    # -- local_map regions ------------------------------------------------------------------
-
-    def _region(self, node: torch.fx.Node) -> str | None:
-        """The region a node runs in, if it is one this verify was given a declaration for."""
-        region = self._region_of_any(node)
-        return region if region in self.regions else None
-
-    def _region_value(self, node: torch.fx.Node, region: str) -> Any:
-        """An op of a local_map region's body, read by the region's declaration.
-
-        Inputs from outside every region must be in one of its declared in placements (else a
-        ``region_input`` violation: a wrong redistribution into it); inputs from a region
-        (activations a forward region saves for its backward) are the regions' own business. An op
-        whose value leaves the region (used outside every region, or returned) is the region's
-        output, in its declared out placements: the global shape is its local shape times the mesh
-        dims that shard it, one reading per declared output whose placements fit. Any other op of
-        the body is inside: proven by the declaration, not by DTensor's rules."""
-        ins, outs = self.regions[region]
-        for a in node.all_input_nodes:
-            if self._region_of_any(a) is not None or not _is_tensor(a):
-                continue
-            value = self.values.get(a)
-            if isinstance(value, _Unknown):
-                return _Unknown(f"depends on unknown {a.name}")
-            specs = [s for v in (self._readings(value) or (value,)) for s in self._input_specs(v)]
-            if not specs:
-                if isinstance(value, _Fill) or value is _SCALAR:
-                    continue  # no placement to hold to
-                return _Unknown(f"{a.name} enters local_map region {region} as {type(value).__name__}, not read")
-            declared = [tuple(p) for p in ins if p is not None]
-            if declared and not any(tuple(s.placements) in declared for s in specs):
-                raise _Violation(
-                    "region_input",
-                    f"{a.name} enters local_map region {region} as {fmt_spec(specs[0])}; the region declares "
-                    f"in placements {', '.join(fmt_placements(p) for p in declared)}",
-                    inferred=fmt_spec(specs[0]), expected=" or ".join(fmt_placements(p) for p in declared),
-                )
-        leaves = any(self._region_of_any(u) is None for u in node.users)
-        if not leaves or not _is_tensor(node):
-            return _InRegion(region)
-        local = _concrete(node.meta["val"].shape)
-        candidates = []
-        for placements in dict.fromkeys(tuple(p) for p in outs if p is not None):
-            spec = self._region_spec(node, placements, local)
-            if spec is not None and spec not in candidates:
-                candidates.append(spec)
-        if not candidates:
-            return _Unknown(f"no declared out placement of local_map region {region} fits its output {node.name}")
-        return candidates[0] if len(candidates) == 1 else _Readings(tuple(candidates))
-
-    def _input_specs(self, value: Any) -> list[Any]:
-        """The placements a value delivers to an op that takes it as it is."""
-        if isinstance(value, _Gathered):
-            return [value.spec]
-        return self._reading_specs(value)
-
-    def _region_of_any(self, node: torch.fx.Node) -> str | None:
-        """The region a node runs in, for any region tag (known to this verify or not)."""
-        return (node.meta.get("custom") or {}).get(REGION)
-
-    def _region_spec(self, node: torch.fx.Node, placements: tuple[Any, ...], local: tuple[int, ...]) -> Any:
-        from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
-
-        if len(placements) != len(self.sizes) or any(s < 0 for s in local):
-            return None
-        shape = list(local)
-        for m, p in enumerate(placements):
-            if isinstance(p, Partial):
-                continue
-            if isinstance(p, Shard):
-                if p.dim >= len(shape):
-                    return None
-                shape[p.dim] *= self.sizes[m]
-        size = torch.Size(shape)
-        return DTensorSpec(self.mesh, tuple(placements),
-                           tensor_meta=TensorMeta(size, _contiguous_stride(size), node.meta["val"].dtype))
 
     def _readings(self, value: Any) -> tuple[Any, ...]:
         """The readings of an input that has several (none for an input that has one): a
