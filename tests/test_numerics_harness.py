@@ -363,13 +363,14 @@ def test_mixed_precision_judges_an_updated_buffer_by_the_yardstick() -> None:
         return torch.randn(8, 16, dtype=torch.bfloat16)
 
     report = run_numerics(CountingLinear, bf16_input, (2,), mp_policy=_bf16_policy())
-    assert report.ok, f"{report}\n{report.details}"
+    assert report.ok, explain(report)
     check = report.check("mutated:buffer:seen")
     assert check.yardstick is not None and "same-precision" in check.note, check.note
     bad = run_numerics(CountingLinear, bf16_input, (2,), mp_policy=_bf16_policy(),
                        perturb=ShardPerturbation(primal="buffer:seen", rank=1, delta=1.0))
+    assert bad.error is None, explain(bad)
     failed = bad.check("mutated:buffer:seen")
-    assert not failed.ok and failed.yardstick is not None and failed.yardstick > 4.0, str(bad)
+    assert not failed.ok and failed.yardstick is not None and failed.yardstick > 4.0, explain(bad)
 
 
 class Bf16Experts(nn.Module):
