@@ -35,3 +35,12 @@ AP_CAT_BASELINE_SIZE_MISMATCH = TORCH < Version("2.14")
 #: every rank builds a full-size block, and the apply fails in DTensor's unpad, "narrow
 #: unexpectedly changed concrete size"), so no audit is made.
 AP_CAT_SIZES_FALSE_SPLITS_FULL = TORCH >= Version("2.14")
+
+#: The default call on the forced #348 example (``show --example 348``: DTensor's pre-fix index_put
+#: strategy offered, self pinned (R, S(0)) and values (R, S(1)), 2x4). With torch 2.13.0 index_put
+#: keeps the offered strategy and the plugin repairs values to (R, S(0)) (one ``repair``); with
+#: 2.14.1 and 2.15.0, whose DTensor offers index_put (S(0), S(1)) on self, indices (R, R) and values,
+#: the cheaper plan runs that strategy with both inputs redistributed by the plan's own edges (two
+#: ``materialized``: self (R, S(0)) -> (S(0), S(1)), values (R, S(1)) -> (S(0), S(1))). Both audit
+#: clean.
+AP_348_EXAMPLE_REPAIRS_VALUES = TORCH < Version("2.14")
