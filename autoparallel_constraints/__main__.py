@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import warnings
 from collections.abc import Sequence
 
 from .core._doctor import add_subcommand as add_doctor_subcommand
@@ -45,6 +46,10 @@ logger = logging.getLogger("autoparallel_constraints.cli")
 #: (e.g. "implicitly registering `aten...` with `replicate_op_strategy`" once per op, the CPU
 #: all_to_all fallback): shown only with ``--verbose``.
 UPSTREAM_LOGGERS = ("autoparallel", "torch.distributed.tensor._collective_utils")
+#: Modules whose deprecation warnings are upstream's business, shown only with ``--verbose``: torch
+#: 2.14 and 2.15 warn (``FutureWarning``) each time autoparallel's apply reads
+#: ``torch.distributed.config.compile_on_one_rank``, which they moved to ``torch.compiler.config``.
+UPSTREAM_WARNING_MODULES = r"autoparallel(\.|$)"
 
 
 def configure_logging(verbose: bool) -> None:
@@ -52,6 +57,9 @@ def configure_logging(verbose: bool) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for name in UPSTREAM_LOGGERS:
         logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.ERROR)
+    if not verbose:
+        for category in (FutureWarning, DeprecationWarning):
+            warnings.filterwarnings("ignore", category=category, module=UPSTREAM_WARNING_MODULES)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,6 +9,7 @@ import torch
 import autoparallel_constraints as apc
 from autoparallel_constraints.lab import run_seed
 from autoparallel_constraints.models import SeedConfig
+from autoparallel_constraints.testing import explain
 
 SMALL = SeedConfig(num_heads=6, head_dim=8, batch=4, seq=8)
 
@@ -58,8 +59,8 @@ def test_baseline_audit_is_clean_and_independent_of_solver_values(make_mesh):
     summary, report = run_seed(None, make_mesh((2, 2)), config=SMALL, mixed_precision=False, after_apply=after)
     first, second = seen["pair"]
     assert len(seen["changed_table_ops"]) == seen["table_ops"]  # the values give every table op another strategy
-    assert first.ok, first
-    assert second == first, second  # an audit reading the values would judge the other plan
+    assert first.ok, explain(first)
+    assert second == first, explain(second)  # an audit reading the values would judge the other plan
     assert first.table_nodes == seen["table_ops"] >= 3 and first.edges > 10
     assert str(first).startswith(f"audit: clean ({first.table_nodes} table ops")
 

@@ -34,7 +34,7 @@ import autoparallel_constraints as apc
 from autoparallel_constraints.core._tags import TAG
 from autoparallel_constraints.harness._numerics import run_numerics
 from autoparallel_constraints.models import CheckpointedBlock
-from autoparallel_constraints.testing import find_nodes, offer_strategy, pin_strategy, strategy_index
+from autoparallel_constraints.testing import explain, find_nodes, offer_strategy, pin_strategy, strategy_index
 
 MUL = torch.ops.aten.mul.Tensor
 GATE, UP = (Shard(0), Shard(1)), (Shard(1), Shard(0))  # the gate's swapped pair
@@ -86,9 +86,9 @@ def tag_mismatches(autop, audit) -> tuple[int, list[str]]:
 
 def _assert_exact_and_clean(held: dict) -> None:
     report = held["report"]
-    assert report.ok, f"{report}\n{report.details}"
-    assert held["audit"].ok, str(held["audit"])
-    assert held["verify"].ok and held["verify"].n_unknown == 0, str(held["verify"])
+    assert report.ok, explain(report)
+    assert held["audit"].ok, explain(held["audit"])
+    assert held["verify"].ok and held["verify"].n_unknown == 0, explain(held["verify"])
 
 
 def _assert_repair_in_region_is_tagged(held: dict) -> None:

@@ -23,6 +23,7 @@ from autoparallel_constraints.lab import run_model
 from autoparallel_constraints.models import SeedConfig, SeedStack
 from autoparallel_constraints.plan._plugin import get_state
 from autoparallel_constraints.testing import (
+    explain,
     find_nodes,
     offer_strategy,
     pin_strategy,
@@ -110,9 +111,9 @@ def test_explicit_on_linked_layers_prices_each_layer_and_materializes_each(make_
     # two index_put nodes, one cluster root with one repairable strategy (the pinned offer): one variable
     assert seen["added"].nodes == ("index_put", "index_put_1")
     assert seen["added"].variables == {"explicit.redistribute": 1}
-    assert report.ok, report
+    assert report.ok, explain(report)
     audit = seen["audit"]
-    assert audit.ok, audit
+    assert audit.ok, explain(audit)
     reds = audit.redistributes
     assert [r.node for r in reds] == ["index_put", "index_put_1"]
     assert len({r.constraint for r in reds}) == 1  # one decision for the cluster

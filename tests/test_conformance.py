@@ -12,6 +12,7 @@ import pytest
 
 import autoparallel_constraints as apc
 from autoparallel_constraints.formulations import Additions, Formulation
+from autoparallel_constraints.testing import explain
 from autoparallel_constraints.testing.conformance import FormulationConformance, run_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,7 +61,7 @@ def test_the_kit_fails_a_formulation_that_does_nothing():
     verifier refuses the graph it builds (index_put's inputs are not co-sharded, which shows
     where the graph gathers them), so the kit's forced check (no error, audit clean) fails."""
     run = run_scenario("forced", Nothing, lower=True)
-    assert isinstance(run.error, apc.VerificationError), run.error
+    assert isinstance(run.error, apc.VerificationError), explain(run.error)
     assert not run.error.report.ok and run.error.report.violations
 
 

@@ -78,6 +78,35 @@ def test_torch_outside_the_tested_releases_is_untested(monkeypatch):
     assert _by_name(_doctor.checks({}))["torch"].status == "tested"
 
 
+@pytest.mark.parametrize(
+    ("requires", "triton", "status", "fix"),
+    [
+        (['triton~=3.8.0; platform_system == "Linux" and python_version < "3.15"'], "3.8.0", "tested", ""),
+        (['triton~=3.8.0; platform_system == "Linux" and python_version < "3.15"'], "3.9.0", "untested",
+         "pip install 'triton~=3.8.0' (the triton torch 2.14.1 requires)"),
+        ([], "3.8.0", "untested", "pip install 'triton==3.9.0'"),  # a CPU build: the constraints file's
+    ],
+    ids=["cuda-build-own-triton", "cuda-build-other-triton", "cpu-build"],
+)
+def test_triton_beside_a_cuda_torch_is_the_one_torch_requires(monkeypatch, requires, triton, status, fix):
+    """PyPI's CUDA builds of torch pin their own triton (2.14.1: ``~=3.8.0``), which the constraints
+    file's 3.9.0 (tested beside the CPU build) cannot replace without breaking torch: the doctor
+    checks triton against torch's requirement there, and against the constraints file otherwise."""
+    versions = {"torch": "2.14.1", "triton": triton}
+    monkeypatch.setattr(_doctor, "installed_version", lambda name: versions.get(name))
+    monkeypatch.setattr(_doctor.metadata, "requires", lambda name: requires if name == "torch" else [])
+    line = _by_name(_doctor.checks({"triton": "3.9.0"}))["triton"]
+    assert (line.installed, line.status, line.fix) == (triton, status, fix), line
+    assert line.tested == ("~=3.8.0 (torch's)" if requires else "3.9.0")
+
+
+def test_triton_requirement_is_read_as_pip_would():
+    """``~=X.Y.Z``: the same X.Y and at least X.Y.Z; ``==``: exactly."""
+    assert _doctor._satisfies("3.8.0", "~=3.8.0") and _doctor._satisfies("3.8.2", "~=3.8.0")
+    assert not _doctor._satisfies("3.9.0", "~=3.8.0") and not _doctor._satisfies("3.7.9", "~=3.8.0")
+    assert _doctor._satisfies("3.9.0", "==3.9.0") and not _doctor._satisfies("3.9.1", "==3.9.0")
+
+
 def test_autoparallel_commit_is_read_from_pip_or_recognised_by_its_source(tmp_path, monkeypatch):
     """The installed autoparallel is the pin (recorded by pip or recognised by its source); a
     copy with one byte changed is not recognised; pip's record wins when present."""

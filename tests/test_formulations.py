@@ -23,7 +23,7 @@ from autoparallel_constraints.formulations import FORMULATIONS, make_formulation
 from autoparallel_constraints.formulations.soft import DEFAULT_PENALTY
 from autoparallel_constraints.lab import run_seed
 from autoparallel_constraints.plan._report import ARTIFACT_NAME, constraint_report
-from autoparallel_constraints.testing import cpu_mesh
+from autoparallel_constraints.testing import cpu_mesh, explain
 from autoparallel_constraints.testing.conformance import SMALL, forced_348, pin_illegal, pin_producers
 
 FORMS = ("strict", "explicit", "soft", "lazy")
@@ -111,9 +111,9 @@ def test_clean_baseline_keeps_objective_and_audits_clean(runs, formulation):
     """autoparallel's own plan satisfies the table here: every formulation returns the baseline's
     objective, a clean audit, no redistribution, no rule that gave way, and one solve."""
     base, run = runs("clean", None), runs("clean", formulation)
-    assert base.audit.ok, base.audit
-    assert run.error is None, run.error
-    assert run.audit.ok, run.audit
+    assert base.audit.ok, explain(base.audit)
+    assert run.error is None, explain(run.error)
+    assert run.audit.ok, explain(run.audit)
     assert run.summary.objective == pytest.approx(base.summary.objective, rel=1e-9)
     assert run.report is not None and run.report.formulation == formulation
     assert not run.report.sites and not run.audit.redistributes
@@ -128,7 +128,7 @@ def test_added_names_follow_the_convention(runs, formulation):
     from autoparallel_constraints.plan._sizes import KINDS
 
     run = runs("forced", formulation)
-    assert run.error is None, run.error
+    assert run.error is None, explain(run.error)
     assert run.names, f"{formulation} added nothing on the forced case"
     for name in run.names:
         m = NAME.match(name)
@@ -145,10 +145,10 @@ def test_forced_348_plan_is_fixed(runs, formulation):
     and the audit flags it; every formulation ends with a clean audit, and strict, soft and lazy
     reach the same optimum (the constrained one), above the illegal baseline's."""
     base = runs("forced", None)
-    assert [v.node for v in base.audit.by_kind("not_cosharded")] == ["index_put"], base.audit
+    assert [v.node for v in base.audit.by_kind("not_cosharded")] == ["index_put"], explain(base.audit)
     run = runs("forced", formulation)
-    assert run.error is None, run.error
-    assert run.audit.ok, run.audit
+    assert run.error is None, explain(run.error)
+    assert run.audit.ok, explain(run.audit)
     assert run.summary.objective >= base.summary.objective - 1e-6
     strict = runs("forced", "strict")
     if formulation in ("soft", "lazy"):
@@ -167,8 +167,8 @@ def test_bounds_and_row_forbid_the_same(runs, formulation):
     clean audit; the default adds no table row, the row mode no bound."""
     bounds, row = runs("forced", formulation), runs("forced", formulation, forbid="row")
     for run in (bounds, row):
-        assert run.error is None, run.error
-        assert run.audit.ok, run.audit
+        assert run.error is None, explain(run.error)
+        assert run.audit.ok, explain(run.audit)
     assert row.summary.objective == pytest.approx(bounds.summary.objective, rel=1e-9)
     def table(names: list[str]) -> list[str]:
         return [n for n in names if not n.startswith(("size.", "nested."))]
@@ -185,7 +185,7 @@ def test_pinned_illegal_strategy(runs, formulation):
     report lists index_put's rule as given way at the penalty, which the audit confirms."""
     run = runs("pinned", formulation)
     if formulation in ("strict", "lazy"):
-        assert isinstance(run.error, apc.StrictConflictError), run.error
+        assert isinstance(run.error, apc.StrictConflictError), explain(run.error)
         text = str(run.error)
         assert f"{formulation} formulation conflicts with user pins" in text
         assert "pin_illegal_000" in text and "aten.index_put.default [index_put]" in text
@@ -193,12 +193,12 @@ def test_pinned_illegal_strategy(runs, formulation):
     if formulation == "soft":
         # soft lets index_put's rule give way at the penalty; the default verify="raise" then
         # refuses the graph that plan gives (index_put's inputs are not co-sharded)
-        assert isinstance(run.error, apc.VerificationError), run.error
+        assert isinstance(run.error, apc.VerificationError), explain(run.error)
         assert run.error.report.violations
         run = runs("pinned", formulation, verify="warn")  # the graph handed back, to report on
-    assert run.error is None, run.error
+    assert run.error is None, explain(run.error)
     if formulation == "explicit":
-        assert run.audit.ok, run.audit
+        assert run.audit.ok, explain(run.audit)
         (site,) = run.report.sites
         assert site.outcome == "repaired" and site.decision == "explicit.redistribute_000"
         return

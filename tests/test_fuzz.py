@@ -23,7 +23,7 @@ from torch.distributed.tensor.placement_types import Replicate, Shard
 import autoparallel_constraints as apc
 from autoparallel_constraints.harness._fuzz import MENU, FuzzModel, ModelSpec, Step
 from autoparallel_constraints.plan._sizes import KINDS
-from autoparallel_constraints.testing import run_numerics
+from autoparallel_constraints.testing import explain, run_numerics
 
 MESHES = ((2,), (2, 2), (2, 4))
 MESHES_3D = ((2, 2, 2),)  # drawn on demand only (test_fuzz_3d): a 3-D build takes minutes on 2 cores
@@ -120,14 +120,14 @@ def check_spec(spec: ModelSpec) -> Covered:
     note(str(report))
     kinds = tuple(k for k in KINDS if added and any(n.startswith(f"size.{k}_") for n in added[0].constraint_names))
     event(f"size couplings in the ILP: {', '.join(kinds) or 'none'}")
-    assert audits and audits[0].ok, audits[0] if audits else report
-    assert report.ok, report
+    assert audits and audits[0].ok, explain(*audits, report)
+    assert report.ok, explain(report)
     # exact numbers with an output the verifier could not prove is a false alarm for the user;
     # a rank's chunk of an uneven pin (seq 5 on (2,): 3 and 2) is a slice the verifier does not
     # read yet, nor a linear at one (batch, seq) pair per rank (docs/verifier.md): the rest are
     # held to it
     ver = audits[0].verification
-    assert ver is not None and (ver.ok or _uneven(spec) or _one_pair_per_rank(spec)), ver
+    assert ver is not None and (ver.ok or _uneven(spec) or _one_pair_per_rank(spec)), explain(ver)
     if not ver.ok:
         event("an output left unproven (uneven pin, or a linear at one pair per rank)")
     index_put = any(n.startswith("index_put") for n in added[0].nodes)

@@ -13,6 +13,7 @@ import autoparallel_constraints as apc
 from autoparallel_constraints.lab import run_model
 from autoparallel_constraints.models import SeedBlock, SeedConfig, SeedStack
 from autoparallel_constraints.testing import (
+    explain,
     find_nodes,
     offer_strategy,
     pin_strategy,
@@ -72,8 +73,8 @@ def test_interop_matrix(feature, formulation):
         atol=1e-4,
         rtol=1e-4,
     )
-    assert report.ok, report
-    assert audits[0].ok, audits[0]
+    assert report.ok, explain(report)
+    assert audits[0].ok, explain(audits[0])
 
 
 def test_resolve_and_remove_constraints_by_plugin_names(make_mesh):

@@ -22,6 +22,7 @@ from autoparallel_constraints.harness._inject import (
     strategy_index,
 )
 from autoparallel_constraints.lab import run_seed
+from autoparallel_constraints.testing import explain
 
 INDEX_PUT = torch.ops.aten.index_put.default
 RS0 = (Replicate(), Shard(0))
@@ -65,7 +66,7 @@ def baseline(fake_process_group, cpu_device_name):
 def test_seed_block_baseline_satisfies_the_table(baseline):
     """autoparallel alone at the pin: the seed plan audits clean (no injection, no plugin)."""
     summary, report = baseline
-    assert report is not None and report.ok, report
+    assert report is not None and report.ok, explain(report)
     assert report.table_nodes >= 3 and not report.redistributes  # index_put and both adds at least
 
 
@@ -74,7 +75,7 @@ def test_seed_block_solves_clean_with_baseline_objective(mesh, baseline, formula
     """Seed sizes, 2x4: every formulation solves, audits clean, and since the baseline plan
     already satisfies the table, keeps the baseline's objective (960.786 measured)."""
     summary, report = run_seed(formulation, mesh)
-    assert report is not None and report.ok, report
+    assert report is not None and report.ok, explain(report)
     assert summary.table_nodes == baseline[1].table_nodes
     assert summary.objective == pytest.approx(baseline[0].objective, rel=1e-9)
 
@@ -93,7 +94,7 @@ def test_forced_348_without_plugin_crashes_inductor_and_audit_flags_index_put(me
         _, report = run_seed(None, mesh, configure=pin_producers, after_apply=lower)
     assert crashed
     flagged = report.by_kind("not_cosharded")
-    assert [v.node for v in flagged] == ["index_put"], report
+    assert [v.node for v in flagged] == ["index_put"], explain(report)
     text = str(flagged[0])
     assert "self" in text and "values" in text and "(R, S(0))" in text and "(R, S(1))" in text
     assert "[4, 128, 73, 64]" in text and "[16, 32, 1, 64]" in text  # local shapes shown
@@ -112,7 +113,7 @@ def test_forced_348_with_plugin_compiles_and_audits_clean(mesh, formulation):
 
     with offer_pre_fix():
         _, report = run_seed(formulation, mesh, configure=pin_producers, after_apply=lower)
-    assert report.ok, report
+    assert report.ok, explain(report)
     inputs = chosen["spec"].input_specs
     runs_illegal_as_is = inputs[0].placements == RS0 and inputs[2].placements == RS1
     if formulation == "strict":
@@ -137,7 +138,7 @@ def test_pinned_illegal_strategy_is_repaired_by_explicit_with_a_named_priced_nod
 
     with offer_pre_fix():
         summary, report = run_seed("explicit", mesh, configure=pin_illegal, after_apply=lower)
-    assert report.ok, report
+    assert report.ok, explain(report)
     (red,) = report.redistributes
     assert red.node == "index_put" and red.arg == "values"
     assert red.source.placements == RS1 and red.target.placements == RS0

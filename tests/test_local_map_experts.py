@@ -31,6 +31,7 @@ from autoparallel_constraints.core._tags import REGION
 from autoparallel_constraints.harness._cpu import cpu_mesh
 from autoparallel_constraints.harness._numerics import run_numerics
 from autoparallel_constraints.models import expert_region_block
+from autoparallel_constraints.testing import explain
 from autoparallel_constraints.verifier._contract import contract, regions
 from autoparallel_constraints.verifier._walk import verify_graph
 
@@ -133,10 +134,10 @@ def test_default_call_is_exact_and_proven(default_call) -> None:
     audit clean, every output proven, no node unknown; the all_to_alls (dispatch and combine,
     forward and backward) run inside the regions and are read by their declaration."""
     report, held = default_call
-    assert report.ok, f"{report}\n{report.details}"
-    assert held["audit"].ok, str(held["audit"])
+    assert report.ok, explain(report)
+    assert held["audit"].ok, explain(held["audit"])
     verify = held["verify"]
-    assert verify.ok and verify.n_unknown == 0 and not verify.unproven_outputs, str(verify)
+    assert verify.ok and verify.n_unknown == 0 and not verify.unproven_outputs, explain(verify)
     assert any(op.startswith("local_map ") for op in verify.proven), "no op was read as a region's"
     inside = [n for n in held["autop"].parallel_gm.graph.nodes
               if _region(n) is not None and n.target is funcol.all_to_all_single.default]
@@ -196,9 +197,9 @@ def test_a_gradient_left_unsummed_is_caught(default_call) -> None:
 def test_autoparallel_alone_is_clean_where_its_numbers_are_exact() -> None:
     """autoparallel alone on the expert region: exact, and the audit and the verifier agree."""
     report, held = _run("alone")
-    assert report.ok, f"{report}\n{report.details}"
-    assert held["audit"].ok, str(held["audit"])
-    assert held["verify"].ok and held["verify"].n_unknown == 0, str(held["verify"])
+    assert report.ok, explain(report)
+    assert held["audit"].ok, explain(held["audit"])
+    assert held["verify"].ok and held["verify"].n_unknown == 0, explain(held["verify"])
 
 
 @pytest.mark.ondemand
@@ -208,10 +209,11 @@ def test_the_reference_declaration_gives_wrong_gradients_and_is_flagged() -> Non
     expert weights' gradients wrong, and the audit says so (``region_output`` on each); the
     default call refuses the graph (``VerificationError``) instead of training on it."""
     report, held = _run("alone", reduce_expert_grads=False)
+    assert report.error is None, explain(report)
     wrong = {c.name for c in report.checks if not c.ok}
-    assert wrong == {"grad:w1", "grad:w2", "grad:w3"}, str(report)
+    assert wrong == {"grad:w1", "grad:w2", "grad:w3"}, explain(report)
     flagged = [v for v in held["verify"].violations if v.kind == "region_output"]
-    assert len(flagged) == 3 and not held["audit"].ok, str(held["audit"])
+    assert len(flagged) == 3 and not held["audit"].ok, explain(held["audit"])
     refused, _ = _run("default", reduce_expert_grads=False)
-    assert refused.error and "VerificationError" in refused.error, str(refused)
-    assert "leaves local_map region" in refused.error and "varies along mesh dim 0" in refused.error, str(refused)
+    assert refused.error and "VerificationError" in refused.error, explain(refused)
+    assert "leaves local_map region" in refused.error and "varies along mesh dim 0" in refused.error, explain(refused)

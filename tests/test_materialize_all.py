@@ -12,7 +12,7 @@ from torch.distributed.tensor.placement_types import Replicate, Shard
 import autoparallel_constraints as apc
 from autoparallel_constraints.apply._materialize import TAG
 from autoparallel_constraints.models import SeedBlock, SeedConfig
-from autoparallel_constraints.testing import run_numerics
+from autoparallel_constraints.testing import explain, run_numerics
 
 DIVERGING = SeedConfig(num_heads=16, head_dim=64, batch=8, seq=64)
 COLLECTIVES = ("all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce", "all_to_all_single", "shard_dim_alltoall")
@@ -66,11 +66,11 @@ def test_natural_divergence_exact_only_with_materialize_all(materialize):
     report, seen = _divergence_run(materialize)
     audit = seen["audit"]
     if materialize == "all":
-        assert report.ok, report
-        assert audit.ok, audit
+        assert report.ok, explain(report)
+        assert audit.ok, explain(audit)
     else:
-        assert report.check("grad:proj.weight").ratio == pytest.approx(2.0, abs=1e-4), report
-        assert audit.by_kind("edge_diverges"), audit
+        assert report.check("grad:proj.weight").ratio == pytest.approx(2.0, abs=1e-4), explain(report)
+        assert audit.by_kind("edge_diverges"), explain(audit)
 
 
 def test_materialize_all_leaves_no_redistribution_implicit():
@@ -120,11 +120,11 @@ def test_more_natural_divergences_fixed_by_materialize_all(case):
             after_apply=lambda autop: audits.append(apc.audit(autop)),
         )
         if materialize is None:
-            assert report.check("grad:proj.weight").ratio == pytest.approx(factor, abs=1e-4), report
-            assert audits[0].by_kind("edge_diverges"), audits[0]
+            assert report.check("grad:proj.weight").ratio == pytest.approx(factor, abs=1e-4), explain(report)
+            assert audits[0].by_kind("edge_diverges"), explain(audits[0])
         else:
-            assert report.ok, report
-            assert audits[0].ok, audits[0]
+            assert report.ok, explain(report)
+            assert audits[0].ok, explain(audits[0])
 
 
 @pytest.mark.ondemand
@@ -147,8 +147,8 @@ def test_natural_divergence_on_a_3d_mesh_exact_with_the_default_call():
             after_apply=lambda autop: audits.append(apc.audit(autop)),
         )
         if plugin:
-            assert report.ok, report
-            assert audits[0].ok, audits[0]
+            assert report.ok, explain(report)
+            assert audits[0].ok, explain(audits[0])
         else:
-            assert report.check("grad:proj.weight").ratio == pytest.approx(2.0, abs=1e-4), report
-            assert audits[0].by_kind("edge_diverges"), audits[0]
+            assert report.check("grad:proj.weight").ratio == pytest.approx(2.0, abs=1e-4), explain(report)
+            assert audits[0].by_kind("edge_diverges"), explain(audits[0])

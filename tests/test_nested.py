@@ -23,7 +23,7 @@ from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 
 import autoparallel_constraints as apc
 from autoparallel_constraints.plan._nested import nested_uneven
-from autoparallel_constraints.testing import cpu_mesh, pin_strategy, run_numerics
+from autoparallel_constraints.testing import cpu_mesh, explain, pin_strategy, run_numerics
 
 S0, R = Shard(0), Replicate()
 
@@ -70,8 +70,8 @@ def test_bias_split_unevenly_wrong_alone_exact_with_the_default_call() -> None:
 
     alone = run_numerics(*_linear(), (2, 2), after_apply=audit_into("alone"))
     assert alone.physical["param:bias"] == (S0, S0), alone.placement_summary
-    assert not alone.ok, str(alone)  # at a54c252: "shape '[3]' is invalid for input of size 2"
-    assert [v.node for v in audits["alone"].by_kind("nested_uneven")], str(audits["alone"])
+    assert not alone.ok, explain(alone)  # at a54c252: "shape '[3]' is invalid for input of size 2"
+    assert [v.node for v in audits["alone"].by_kind("nested_uneven")], explain(audits["alone"])
 
     added = {}
 
@@ -79,14 +79,14 @@ def test_bias_split_unevenly_wrong_alone_exact_with_the_default_call() -> None:
         added["rows"] = autop.add_op_constraints()
 
     fixed = run_numerics(*_linear(), (2, 2), configure=default_call, after_apply=audit_into("default"))
-    assert fixed.error is None, fixed.error
-    assert fixed.ok, str(fixed)
+    assert fixed.error is None, explain(fixed.error)
+    assert fixed.ok, explain(fixed)
     assert fixed.physical["param:bias"] != (S0, S0)
-    assert audits["default"].ok, str(audits["default"])
+    assert audits["default"].ok, explain(audits["default"])
     assert added["rows"].constraints.get("nested.even", 0) > 0, added["rows"]
 
     without = run_numerics(*_linear(), (2, 2), configure=lambda autop: autop.add_op_constraints(sizes=False, verify="off"))
-    assert without.physical["param:bias"] == (S0, S0) and not without.ok, str(without)
+    assert without.physical["param:bias"] == (S0, S0) and not without.ok, explain(without)
 
 
 @pytest.mark.full
@@ -95,9 +95,9 @@ def test_bias_split_unevenly_on_a_3d_mesh() -> None:
     (at a54c252: "GuardOnDataDependentSymNode: Could not guard on data-dependent expression" while
     applying); the default call's plan has no nested uneven shard and its numbers are exact."""
     alone = run_numerics(*_linear(), (2, 2, 2))
-    assert not alone.ok, str(alone)
+    assert not alone.ok, explain(alone)
     fixed = run_numerics(*_linear(), (2, 2, 2), configure=lambda autop: autop.add_op_constraints())
-    assert fixed.error is None and fixed.ok, str(fixed)
+    assert fixed.error is None and fixed.ok, explain(fixed)
     mesh_shape = (2, 2, 2)
     shapes = {"bias": (10,), "weight": (10, 6)}
     params = {n: p for n, p in fixed.physical.items() if n.split(":")[0] in ("param", "grad")}
@@ -120,14 +120,14 @@ def test_mlp_hidden_split_unevenly_on_a_3d_mesh(hidden: int) -> None:
     audits: list = []
     alone = run_numerics(model, lambda: torch.randn(8, 8), (2, 2, 2), atol=1e-4, rtol=1e-4,
                          after_apply=lambda autop: audits.append(apc.audit(autop)))
-    assert not alone.ok, str(alone)
-    assert audits and audits[0].by_kind("nested_uneven"), audits
+    assert not alone.ok, explain(alone)
+    assert audits and audits[0].by_kind("nested_uneven"), explain(*audits, alone)
     audits.clear()
     fixed = run_numerics(model, lambda: torch.randn(8, 8), (2, 2, 2), atol=1e-4, rtol=1e-4,
                          configure=lambda autop: autop.add_op_constraints(),
                          after_apply=lambda autop: audits.append(apc.audit(autop)))
-    assert fixed.ok, str(fixed)
-    assert audits[0].ok, audits[0]
+    assert fixed.ok, explain(fixed)
+    assert audits[0].ok, explain(audits[0])
 
 
 def test_a_pinned_parameter_keeps_the_memory_budget_solvable() -> None:
@@ -143,7 +143,7 @@ def test_a_pinned_parameter_keeps_the_memory_budget_solvable() -> None:
         autop.add_op_constraints()
 
     report = run_numerics(*_linear(), (2, 2), configure=pin_bias_then_default_call)
-    assert report.error is None and report.ok, str(report)
+    assert report.error is None and report.ok, explain(report)
     assert report.physical["param:bias"] == (R, R)
 
 

@@ -22,6 +22,7 @@ from autoparallel_constraints.harness._cpu import cpu_mesh
 from autoparallel_constraints.harness._numerics import NumericsReport, run_numerics
 from autoparallel_constraints.harness._parallel import ShardPerturbation, rank_aware_all_to_all
 from autoparallel_constraints.models import SeedBlock, SeedConfig
+from autoparallel_constraints.testing import explain
 
 SMALL_SEED = SeedConfig(num_heads=6, head_dim=8, batch=4, seq=8)
 
@@ -70,7 +71,7 @@ def _pin_all_to_all(autop) -> None:
 
 
 def _assert_exact(report: NumericsReport) -> None:
-    assert report.ok, f"{report}\n{report.placement_summary}\n{report.details}"
+    assert report.ok, f"{explain(report)}\n{report.placement_summary}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -179,7 +180,7 @@ def test_cpu_all_to_all_fallback_bakes_rank_zero() -> None:
         configure=_pin_all_to_all,
         all_to_all_per_rank=False,
     )
-    assert not report.ok
+    assert report.error is None and not report.ok, explain(report)
     assert "shard_dim_alltoall" not in report.collectives
     assert not report.check("output[0]").ok
 
@@ -211,10 +212,10 @@ def test_corrupted_shard_is_detected(primal: str, fails: str, passes: str | None
         (2,),
         perturb=ShardPerturbation(primal=primal, rank=1, delta=1.0),
     )
-    assert not report.ok
-    assert fails in {c.name for c in report.failures}, str(report)
+    assert report.error is None and not report.ok, explain(report)
+    assert fails in {c.name for c in report.failures}, explain(report)
     if passes is not None:
-        assert report.check(passes).ok, str(report)
+        assert report.check(passes).ok, explain(report)
     assert fails in str(report)
 
 
@@ -236,6 +237,31 @@ def test_failure_inside_the_run_is_reported_not_raised() -> None:
     assert not report.ok
     assert report.error == "constraints: RuntimeError: pin refused"
     assert "pin refused" in str(report) and "Traceback" in report.details
+    with pytest.raises(KeyError, match="the run stopped: constraints: RuntimeError: pin refused"):
+        report.check("output[0]")
+
+
+def test_explain_carries_the_runs_traceback() -> None:
+    """What an assertion about a run shows: a failed run's whole error (its message past the first
+    line and the traceback that raised it, which ``str(report)`` and pytest's cut repr drop), an
+    audit the run never reached as such, and any other result as its text."""
+
+    def broken(autop) -> None:
+        raise RuntimeError("pin refused\nsecond line of the message")
+
+    report = run_numerics(lambda: nn.Linear(8, 8), lambda: torch.randn(4, 8), (2,), configure=broken)
+    text = explain(None, report)
+    assert text.startswith("None (never made: the run stopped before it")
+    assert "error: constraints: RuntimeError: pin refused ..." in text
+    assert "second line of the message" in text and "second line" not in str(report)
+    assert "the run's traceback:" in text and "in broken" in text  # the frame that raised
+    ok = run_numerics(lambda: nn.Linear(8, 8), lambda: torch.randn(4, 8), (2,))
+    assert ok.ok and explain(ok) == str(ok), explain(ok)  # nothing raised: the report's own text
+    try:
+        raise ValueError("an exception a test kept")
+    except ValueError as exc:
+        kept = exc
+    assert "Traceback" in explain(kept) and "ValueError: an exception a test kept" in explain(kept)
 
 
 def test_probe_rejects_a_rank_blind_local_tensor_mode(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -262,8 +288,8 @@ def test_uneven_nested_shard_flattening_is_detected() -> None:
     output and the bias gradient come out wrong; the runner says so."""
     report = run_numerics(lambda: nn.Linear(6, 10), lambda: torch.randn(6, 6), (2, 2), input_requires_grad=True)
     assert report.physical["param:bias"] == (Shard(0), Shard(0)), report.placement_summary
-    assert not report.ok
-    assert {"output[0]", "grad:bias"} <= {c.name for c in report.failures}, str(report)
+    assert report.error is None and not report.ok, explain(report)
+    assert {"output[0]", "grad:bias"} <= {c.name for c in report.failures}, explain(report)
     assert report.check("grad:weight").ok and report.check("grad:input[0]").ok
 
 
@@ -278,9 +304,9 @@ def test_mixed_precision_is_judged_against_one_device_at_the_same_precision() ->
     gradient is judged by the float64 yardstick (a float32 tolerance would fail them all: their
     error is bfloat16's)."""
     report = run_numerics(MLP, lambda: torch.randn(8, 16, dtype=torch.bfloat16), (2, 2), mp_policy=_bf16_policy())
-    assert report.ok, str(report)
+    assert report.ok, explain(report)
     assert {c.name for c in report.checks} == {"output[0]", "grad:fc1.weight", "grad:fc2.weight"}
-    assert all(c.yardstick is not None and c.yardstick <= 4.0 for c in report.checks), str(report)
+    assert all(c.yardstick is not None and c.yardstick <= 4.0 for c in report.checks), explain(report)
     assert all("same-precision" in c.note for c in report.checks)
 
 
@@ -291,9 +317,9 @@ def test_mixed_precision_still_catches_a_corrupted_shard(primal: str, fails: str
         MLP, lambda: torch.randn(8, 16, dtype=torch.bfloat16), (2, 2), mp_policy=_bf16_policy(),
         perturb=ShardPerturbation(primal=primal, rank=1, delta=1.0),
     )
-    assert not report.ok
+    assert report.error is None and not report.ok, explain(report)
     failed = report.check(fails)
-    assert not failed.ok and failed.yardstick is not None and failed.yardstick > 4.0, str(report)
+    assert not failed.ok and failed.yardstick is not None and failed.yardstick > 4.0, explain(report)
 
 
 def test_mixed_precision_refuses_tolerances_and_a_foreign_class() -> None:
@@ -324,7 +350,7 @@ def test_a_buffer_forward_updates_is_checked_against_one_device() -> None:
     the buffer as one device's forward left it; the parallel run starts from its initial value
     (a reference that kept the updated value would count twice and fail)."""
     report = run_numerics(CountingLinear, lambda: torch.randn(8, 16), (2,))
-    assert report.ok, f"{report}\n{report.details}"
+    assert report.ok, explain(report)
     check = report.check("mutated:buffer:seen")
     assert check.ok and check.max_ref > 0
 
@@ -337,13 +363,14 @@ def test_mixed_precision_judges_an_updated_buffer_by_the_yardstick() -> None:
         return torch.randn(8, 16, dtype=torch.bfloat16)
 
     report = run_numerics(CountingLinear, bf16_input, (2,), mp_policy=_bf16_policy())
-    assert report.ok, f"{report}\n{report.details}"
+    assert report.ok, explain(report)
     check = report.check("mutated:buffer:seen")
     assert check.yardstick is not None and "same-precision" in check.note, check.note
     bad = run_numerics(CountingLinear, bf16_input, (2,), mp_policy=_bf16_policy(),
                        perturb=ShardPerturbation(primal="buffer:seen", rank=1, delta=1.0))
+    assert bad.error is None, explain(bad)
     failed = bad.check("mutated:buffer:seen")
-    assert not failed.ok and failed.yardstick is not None and failed.yardstick > 4.0, str(bad)
+    assert not failed.ok and failed.yardstick is not None and failed.yardstick > 4.0, explain(bad)
 
 
 class Bf16Experts(nn.Module):

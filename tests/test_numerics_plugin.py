@@ -13,6 +13,7 @@ from torch.distributed.tensor.placement_types import Replicate, Shard
 import autoparallel_constraints as apc
 from autoparallel_constraints.models import SeedBlock, SeedConfig
 from autoparallel_constraints.testing import (
+    explain,
     find_nodes,
     offer_strategy,
     pin_strategy,
@@ -63,15 +64,16 @@ def test_forced_cases_are_wrong_and_flagged_without_plugin(case):
     """No plugin: injected fails with a shape mismatch, swapped gives a wrong proj.weight gradient
     with matching local shapes; the audit flags index_put as not co-sharded in both."""
     report, audit = _run(case, None)
-    assert not report.ok, report
+    assert not report.ok, explain(report)
     if case == "injected":
-        assert report.error and "shape mismatch" in report.error
+        assert report.error and "shape mismatch" in report.error, explain(report)
     else:
-        assert report.error is None and not report.check("grad:proj.weight").ok
+        assert report.error is None and not report.check("grad:proj.weight").ok, explain(report)
         (violation,) = audit.by_kind("not_cosharded")
         shapes = {a.label: a.actual_local_shape for a in violation.args}
         assert shapes["self"][:2] == shapes["values"][:2]  # local shapes agree, numbers don't
-    assert [v.node for v in audit.by_kind("not_cosharded")] == ["index_put"]
+    assert audit is not None, explain(audit, report)
+    assert [v.node for v in audit.by_kind("not_cosharded")] == ["index_put"], explain(audit)
 
 
 @pytest.mark.parametrize("formulation", ["strict", "explicit"])
@@ -79,8 +81,8 @@ def test_forced_cases_are_wrong_and_flagged_without_plugin(case):
 def test_forced_cases_are_exact_with_plugin(case, formulation):
     """strict and explicit: forward and every gradient match single device; audit clean."""
     report, audit = _run(case, formulation)
-    assert report.ok, report
-    assert audit.ok, audit
+    assert report.ok, explain(report)
+    assert audit.ok, explain(audit)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -88,8 +90,8 @@ def test_explicit_redistribute_node_is_exact(case):
     """index_put pinned to the illegal strategy: explicit's inserted node (DTensor redistribute,
     all_to_all in the swapped case) makes it exact, and the audit lists the node."""
     report, audit = _run(case, "explicit", pin_illegal=True)
-    assert report.ok, report
-    assert audit.ok, audit
+    assert report.ok, explain(report)
+    assert audit.ok, explain(audit)
     (red,) = audit.redistributes
     self_p, values_p = CASES[case]
     assert red.arg == "values" and red.source.placements == values_p
@@ -113,11 +115,11 @@ def test_partial_divergence_at_the_pin_is_flagged():
         rtol=1e-4,
         after_apply=lambda autop: audits.append(apc.audit(autop)),
     )
-    assert report.error is None, report
+    assert report.error is None, explain(report)
     grad = report.check("grad:proj.weight")
-    assert not grad.ok and grad.ratio == pytest.approx(2.0, abs=1e-4), report
+    assert not grad.ok and grad.ratio == pytest.approx(2.0, abs=1e-4), explain(report)
     assert report.check("output[0]").ok
     (audit,) = audits
     diverging = audit.by_kind("edge_diverges")
-    assert diverging, audit
+    assert diverging, explain(audit)
     assert any("P(sum)" in r and "graph delivers" in r for v in diverging for r in v.reasons)

@@ -15,7 +15,7 @@ from torch.distributed.tensor.placement_types import Replicate, Shard
 
 import autoparallel_constraints as apc
 from autoparallel_constraints.models import falcon_tiny, llama3_small
-from autoparallel_constraints.testing import run_numerics
+from autoparallel_constraints.testing import explain, run_numerics
 
 pytestmark = pytest.mark.full
 
@@ -62,12 +62,12 @@ def test_real_model_audited_and_exact(name, plugin):
         configure=(lambda autop: autop.add_op_constraints(materialize="all")) if plugin else None,
         after_apply=lambda autop: audits.append(apc.audit(autop)),
     )
-    assert report.error is None, report  # the run's own error, not an empty `audits` below
+    assert report.error is None, explain(report)  # the run's own error, not an empty `audits` below
     (audit,) = audits
     assert audit.table_nodes > 50  # the table covers the model's ops
-    assert audit.ok, audit  # baseline too: measured clean (falcon 93 table ops, llama3 138)
+    assert audit.ok, explain(audit)  # baseline too: measured clean (falcon 93 table ops, llama3 138)
     if plugin:  # materialize="all": every planned redistribution a named node, none a table repair
         assert audit.materialized and all(r.parallel_node for r in audit.materialized)
     else:
         assert audit.redistributes == () and audit.materialized == ()
-    assert report.ok, report
+    assert report.ok, explain(report)

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from _upstream import AP_CAT_BASELINE_SIZE_MISMATCH
+from _upstream import AP_CAT_BASELINE_SIZE_MISMATCH, AP_CAT_SIZES_FALSE_SPLITS_FULL
 from torch.distributed.tensor.placement_types import Replicate, Shard
 
 import autoparallel_constraints as apc
@@ -22,9 +22,10 @@ from autoparallel_constraints.plan._sizes import (
     _leaves,
     _parse,
     find_size_couplings,
+    is_dynamic,
     size_mismatches,
 )
-from autoparallel_constraints.testing import run_numerics
+from autoparallel_constraints.testing import explain, run_numerics
 
 # The fuzzer's two shrunk failures: `x = x + b; cat([x[..., :h], 2 * x[..., h:]], -1)`, input R.
 CAT_1D = ModelSpec(
@@ -182,15 +183,15 @@ def test_without_plugin_the_audit_names_the_size_mismatch():
     alias_default R instead (torch >= 2.14, see _upstream), the audit is clean and the numbers exact."""
     report, audit = _run(CAT_1D)
     if not AP_CAT_BASELINE_SIZE_MISMATCH:
-        assert audit is not None and audit.ok, audit
-        assert report.ok, report
+        assert audit is not None and audit.ok, explain(audit, report)
+        assert report.ok, explain(report)
         return
-    assert audit is not None and not audit.ok
-    assert {v.kind for v in audit.violations} == {"size_mismatch"}
+    assert audit is not None and not audit.ok, explain(audit, report)
+    assert {v.kind for v in audit.violations} == {"size_mismatch"}, explain(audit)
     text = str(audit)
     assert "SIZE MISMATCH: full (aten.full.default)" in text
     assert "full dim 0 = size(alias_default, 0): mesh dim 0 splits the size it is read from" in text
-    assert not report.ok and "expected src to have a size equal to the slice of self" in report.error
+    assert not report.ok and "expected src to have a size equal to the slice of self" in report.error, explain(report)
 
 
 @pytest.mark.parametrize("formulation", ["explicit", "strict"])
@@ -208,25 +209,66 @@ def test_plugin_couples_sizes_audit_clean_and_exact(spec, formulation):
     (a,) = added
     assert a.size_couplings and a.constraints.get("size.match", 0) >= len(spec.mesh)
     assert any(" dim " in c and "size(" in c for c in a.size_couplings)
-    assert audit is not None and audit.ok, audit
+    assert audit is not None and audit.ok, explain(audit, report)
     assert audit.size_couplings == len(a.size_couplings)
-    assert report.ok, report
+    assert report.ok, explain(report)
+
+
+def _plan_size_mismatches(autop, plan) -> list[str]:
+    """The size couplings ``plan`` breaks, as the audit words them: the plan-level half of the
+    audit, which needs no parallel graph (so it answers when the apply fails). Call it before the
+    apply, which specializes the graph's sizes."""
+    mesh_shape = tuple(autop.mesh.shape)
+    couplings = find_size_couplings(autop.gm.graph, lambda n: n in plan, mesh_shape, dynamic=is_dynamic(autop.gm))
+    spec_of = lambda n: plan[n].output_specs if n in plan else None  # noqa: E731
+    return sorted(why for _, why in size_mismatches(couplings, spec_of, mesh_shape))
 
 
 def test_sizes_false_brings_the_failure_back():
-    """The same plugin call without the size couplings: the plan is the baseline's again, so the
-    audit names full's size mismatch and the run fails with the wrong local size, not otherwise."""
-    # verify="warn": the default "raise" would stop at the apply (the verifier sees it too)
-    report, audit = _run(CAT_1D, lambda autop: autop.add_op_constraints(materialize="all", sizes=False, verify="warn"))
-    assert audit is not None
-    if not AP_CAT_BASELINE_SIZE_MISMATCH:  # the baseline's plan is the exact one (see _upstream)
-        assert not {v.kind for v in audit.violations}, audit
-        assert report.ok, report
+    """The same plugin call without the size couplings: the plan breaks full's size coupling again
+    and the run fails with that mismatch, not otherwise.
+
+    Which broken plan comes back rests on a tie in autoparallel's ILP: the plans that keep full's
+    batch size consistent and the two that break it cost the same (objective 109.3124 on (2,)), and
+    which one the solver returns moves with torch's DTensor strategies
+    (``_upstream.AP_CAT_SIZES_FALSE_SPLITS_FULL``). Before torch 2.14 it is the baseline's: full
+    replicated, its size read from the batch-sharded alias; the audit names it and the run crashes
+    on the wrong local size. From 2.14 it is the mirror image: full batch-sharded, its size read
+    from the replicated alias, so every rank makes a full-size block where the plan has half; the
+    apply cannot build that graph (DTensor's unpad: "narrow unexpectedly changed concrete size"),
+    so no audit is made and the plan's own check names the mismatch."""
+    held: dict = {}
+
+    def configure(autop) -> None:
+        # verify="warn": the default "raise" would stop at the apply (the verifier sees it too)
+        autop.add_op_constraints(materialize="all", sizes=False, verify="warn")
+        solve = autop.optimize_placement
+
+        def solve_and_check(*args, **kwargs):
+            plan = solve(*args, **kwargs)
+            held["broken"] = _plan_size_mismatches(autop, plan)
+            return plan
+
+        autop.optimize_placement = solve_and_check  # the plan's check, before the apply
+
+    report, audit = _run(CAT_1D, configure)
+    assert "broken" in held, explain(report)  # the run stopped before its plan was solved
+    broken = held["broken"]
+    split_full = [f"{full} dim 0 = size(alias_default, 0): mesh dim 0 splits the output dim, not the size it is read "
+                  f"from ({full} (S(0)); alias_default (R))" for full in ("full", "full_1")]
+    split_size = [f"{full} dim 0 = size(alias_default, 0): mesh dim 0 splits the size it is read from, not the "
+                  f"output dim ({full} (R); alias_default (S(0)))" for full in ("full", "full_1")]
+    assert broken == (split_full if AP_CAT_SIZES_FALSE_SPLITS_FULL else split_size), explain(*broken, report)
+    if AP_CAT_SIZES_FALSE_SPLITS_FULL:
+        assert audit is None, explain(audit, report)  # the apply failed: there is no graph to audit
+        assert report.error is not None, explain(report)
+        assert report.error.startswith("apply: RuntimeError: narrow unexpectedly changed concrete size on dim 0"), explain(report)
         return
-    assert {v.kind for v in audit.violations} == {"size_mismatch"}, audit
+    assert audit is not None, explain(audit, report)
+    assert {v.kind for v in audit.violations} == {"size_mismatch"}, explain(audit)
     assert "full dim 0 = size(alias_default, 0): mesh dim 0 splits the size it is read from" in str(audit)
-    assert report.error is not None and report.error.startswith("run: RuntimeError: "), report
-    assert "expected src to have a size equal to the slice of self" in report.error, report
+    assert report.error is not None and report.error.startswith("run: RuntimeError: "), explain(report)
+    assert "expected src to have a size equal to the slice of self" in report.error, explain(report)
 
 
 def test_baseline_2d_fails_at_apply():
@@ -234,7 +276,7 @@ def test_baseline_2d_fails_at_apply():
     error carries the plugin's note (PEP 678, shown in the report's error): the couplings the plan
     breaks, by node, and that the plugin's call keeps plans out of them."""
     report, _ = _run(CAT_2D)
-    assert not report.ok and report.error.startswith("apply:") and "narrow unexpectedly changed" in report.error
+    assert not report.ok and report.error.startswith("apply:") and "narrow unexpectedly changed" in report.error, explain(report)
     assert "[autoparallel_constraints: the plan breaks" in report.error, report.error
     assert "size(" in report.error and "add_op_constraints()" in report.error, report.error
 
@@ -250,15 +292,15 @@ def test_uneven_concrete_size_flagged_then_split_evenly():
     shape); the plugin (Z3) keeps the view's seq dim unsplit: clean and exact."""
     pins = [(Shard(1),)]
     base, base_audit = _run(UNEVEN, pins=pins)
-    assert base_audit is not None and base_audit.by_kind("size_mismatch")
+    assert base_audit is not None and base_audit.by_kind("size_mismatch"), explain(base_audit, base)
     assert "dim 1 = 5: split 2 ways, which autoparallel localizes as ceil(5/2) on every rank" in str(base_audit)
-    assert not base.ok and "is invalid for input of size" in base.error
+    assert not base.ok and "is invalid for input of size" in base.error, explain(base)
 
     added: list = []
     report, audit = _run(UNEVEN, lambda autop: added.append(autop.add_op_constraints(materialize="all")), pins=pins)
     assert added[0].constraints.get("size.even", 0) >= 1
-    assert audit is not None and audit.ok, audit
-    assert report.ok, report
+    assert audit is not None and audit.ok, explain(audit, report)
+    assert report.ok, explain(report)
 
 
 def test_finder_keeps_unlocalized_sizes_global():
@@ -311,14 +353,14 @@ def test_arange_of_a_sharded_size_baseline_then_plugin():
     batch, a length-2 arange planned Replicate: silently wrong numbers (measured: output norm ratio
     0.589), which the audit names; the plugin keeps the size global (size.global_*): clean, exact."""
     base, base_audit = _positions()
-    assert base.error is None and not base.ok, base
-    assert base_audit is not None and base_audit.by_kind("size_mismatch"), base_audit
+    assert base.error is None and not base.ok, explain(base)
+    assert base_audit is not None and base_audit.by_kind("size_mismatch"), explain(base_audit, base)
     assert "iota dim 0 = " in str(base_audit) and "a size that must stay global" in str(base_audit)
     added: list = []
     report, audit = _positions(lambda autop: added.append(autop.add_op_constraints()))
     assert any("iota" in c and "size argument" not in c for c in added[0].size_couplings), added[0].size_couplings
-    assert audit is not None and audit.ok, audit
-    assert report.ok, report
+    assert audit is not None and audit.ok, explain(audit, report)
+    assert report.ok, explain(report)
 
 
 def test_a_deep_size_expression_is_described_without_recursing_forever():

@@ -22,6 +22,7 @@ from autoparallel_constraints.models import AddMul, SeedConfig
 from autoparallel_constraints.plan import _solvers
 from autoparallel_constraints.plan._report import constraint_report
 from autoparallel_constraints.plan._solvers import SolverConfig, SolverTimeLimitWarning, install, use_solver
+from autoparallel_constraints.testing import explain
 
 SMALL = SeedConfig(num_heads=10, head_dim=16, batch=8, seq=16)
 
@@ -52,12 +53,12 @@ def test_highs_and_cbc_give_the_same_plan(make_mesh):
         seen["hook"] = getattr(autop.sharding_optimizer, "_apc_solver", None)
 
     alone, report = run_seed(None, mesh, config=SMALL, solver="highs", after_apply=check_values)
-    assert report.ok and alone.objective == pytest.approx(cbc.objective, rel=1e-9)
+    assert report.ok and alone.objective == pytest.approx(cbc.objective, rel=1e-9), explain(report)
     assert seen["values"] <= {0.0, 1.0}
     (outcome,) = seen["hook"].outcomes
     assert outcome.solver == "highs" and outcome.optimal and outcome.status == "Optimal"
     lazy, report = run_seed("lazy", mesh, config=SMALL, solver="highs", after_apply=check_values)
-    assert report.ok and lazy.objective == pytest.approx(cbc.objective, rel=1e-9)
+    assert report.ok and lazy.objective == pytest.approx(cbc.objective, rel=1e-9), explain(report)
     assert seen["report"].solver == "highs" and seen["report"].solves[0].solver == "highs"
     assert alone.solver == lazy.solver == "highs" and cbc.solver == "cbc"
 
@@ -240,7 +241,7 @@ def test_highs_lp_gives_cbcs_objective_on_the_seed_block_and_llama3(make_mesh):
 
     for form in (None, "strict"):
         run, report = run_seed(form, mesh, config=SMALL, solver="highs-lp", after_apply=grab)
-        assert report.ok and run.objective == pytest.approx(cbc.objective, rel=1e-9)
+        assert report.ok and run.objective == pytest.approx(cbc.objective, rel=1e-9), explain(report)
     model_fn, input_fn = llama3_small(n_layers=2)
     with torch.device("meta"):
         model = model_fn()
@@ -403,7 +404,7 @@ def test_the_plugin_stages_its_rows_and_bounds_on_highs_lp(make_mesh):
 
     for config in (SolverConfig(name="highs-lp"), SolverConfig(name="highs-lp", staged=False)):
         run, report = run_seed("strict", mesh, config=SMALL, solver=config, after_apply=grab)
-        assert report.ok
+        assert report.ok, explain(report)
         objectives.append(run.objective)
     assert objectives[0] == pytest.approx(objectives[1], rel=1e-9)
     assert [o.staged for o in outcomes] == [True, False]

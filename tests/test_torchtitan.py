@@ -31,6 +31,7 @@ from _torchtitan import require_torchtitan
 require_torchtitan()
 
 from autoparallel_constraints.lab._torchtitan import autoparallel_graph_class, torchtitan_case  # noqa: E402
+from autoparallel_constraints.testing import explain
 
 aten = torch.ops.aten
 
@@ -78,7 +79,7 @@ def test_default_call_on_torchtitans_llama3_is_proven(llama3_default) -> None:
     proven (the verifier refused this plan before it read constant chunks as every mesh dim that
     explains them)."""
     report = apc.verify(llama3_default)
-    assert report.ok and report.n_unknown == 0, str(report)
+    assert report.ok and report.n_unknown == 0, explain(report)
     assert apc.audit(llama3_default).ok
 
 
@@ -94,7 +95,7 @@ def test_another_ranks_chunk_is_still_flagged(llama3_default) -> None:
         report = apc.verify(llama3_default)
     finally:
         node.args = (node.args[0], 0)
-    assert not report.ok, str(report)
+    assert not report.ok, explain(report)
     assert apc.verify(llama3_default).ok
 
 
@@ -102,7 +103,7 @@ def test_another_ranks_chunk_is_still_flagged(llama3_default) -> None:
 def test_autoparallel_alone_on_highs_lp_is_proven() -> None:
     """autoparallel alone on the default solver: the plan the issue saw refused is proven."""
     report = apc.verify(_static_build("llama3", 2, plugin=False))
-    assert report.ok and report.n_unknown == 0, str(report)
+    assert report.ok and report.n_unknown == 0, explain(report)
 
 
 @pytest.mark.ondemand
@@ -134,7 +135,7 @@ def test_mixed_precision_numbers_match_one_device(call: str) -> None:
         input_placements=list(case.input_placements), output_placements=list(case.output_placements),
         mp_policy=case.mp_policy, autoparallel_cls=autoparallel_graph_class(),
     )
-    assert report.ok, f"{report}\n{report.details}"
+    assert report.ok, explain(report)
     assert all(c.yardstick is not None for c in report.checks if c.name.startswith("grad:"))
 
 
@@ -142,7 +143,7 @@ def test_mixed_precision_numbers_match_one_device(call: str) -> None:
 def test_deepseek_v3_default_call_is_proven() -> None:
     """torchtitan's DeepSeek-V3 (2 layers: a dense one and an MoE one) with the default call."""
     report = apc.verify(_static_build("deepseek_v3", 2, plugin=True))
-    assert report.ok and report.n_unknown == 0, str(report)
+    assert report.ok and report.n_unknown == 0, explain(report)
 
 
 def test_torchtitans_module_loader_switches_the_plugin_on(monkeypatch) -> None:

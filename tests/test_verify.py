@@ -27,7 +27,7 @@ import autoparallel_constraints as apc
 from autoparallel_constraints.apply import _materialize
 from autoparallel_constraints.lab import run_seed
 from autoparallel_constraints.models import SeedBlock, SeedConfig, llama3_small
-from autoparallel_constraints.testing import cpu_mesh, run_numerics
+from autoparallel_constraints.testing import cpu_mesh, explain, run_numerics
 from autoparallel_constraints.testing.conformance import swapped_case
 
 DIVERGING = SeedConfig(num_heads=16, head_dim=64, batch=8, seq=64)  # PR #517 on 2x2 with io (S0, S1)
@@ -63,10 +63,10 @@ def _swapped_case(verify: str, sabotage: Any = None, materialize: str = "table")
 def test_honest_plugin_node_is_clean_and_exact():
     """The explicit formulation's redistribute node, unsabotaged: verifier clean, numbers exact."""
     report, audits = _swapped_case("raise")
-    assert report.ok, report
+    assert report.ok, explain(report)
     (audit,) = audits
-    assert audit.ok and audit.verification is not None and audit.verification.ok, audit
-    assert audit.verification.n_unknown == 0, audit.verification
+    assert audit.ok and audit.verification is not None and audit.verification.ok, explain(audit)
+    assert audit.verification.n_unknown == 0, explain(audit.verification)
 
 
 @pytest.mark.full
@@ -77,8 +77,9 @@ def test_sabotaged_plugin_nodes_are_flagged():
     numbers go wrong and the verifier says where."""
     report, audits = _swapped_case("warn", _mesh_dims_swapped, materialize="all")
     assert not report.ok, "the sabotage should make the numbers wrong"
+    assert len(audits) == 1, explain(report)  # the run stopped before its audit
     (audit,) = audits
-    assert not audit.ok and audit.verification.violations, audit
+    assert not audit.ok and audit.verification.violations, explain(audit)
 
 
 @pytest.mark.full
@@ -86,7 +87,7 @@ def test_identity_plugin_nodes_cannot_build_a_graph():
     """Made identity, the same nodes leave local shapes that no op accepts: the apply itself fails,
     so there is no graph to train (nor to verify)."""
     report, audits = _swapped_case("warn", _identity, materialize="all")
-    assert report.error is not None and report.error.startswith("apply"), report
+    assert report.error is not None and report.error.startswith("apply"), explain(report)
     assert not audits
 
 
@@ -97,15 +98,16 @@ def test_verifier_agrees_with_numbers_on_the_index_put_node(sabotage):
     (the backward's ``full``), so a sabotage of it changes no number, and the verifier (which knows a
     constant fill is valid in any placement) agrees: clean exactly when the numbers are exact."""
     report, audits = _swapped_case("warn", sabotage, materialize="table")
+    assert len(audits) == 1, explain(report)  # the run stopped before its audit
     (audit,) = audits
-    assert audit.verification.ok == report.ok, (audit, report)
+    assert audit.verification.ok == report.ok, explain(audit, report)
 
 
 @pytest.mark.full
 def test_default_call_refuses_a_sabotaged_graph():
     """verify="raise" (the default): apply stops with a VerificationError naming the node."""
     report, audits = _swapped_case("raise", _mesh_dims_swapped, materialize="all")
-    assert report.error is not None and "VerificationError" in report.error, report
+    assert report.error is not None and "VerificationError" in report.error, explain(report)
     assert not audits  # apply never returned a graph to audit
 
 
@@ -142,16 +144,16 @@ def test_pr517_without_plugin_is_flagged():
     """autoparallel alone reduces a gradient that is already whole: 2x, and the verifier names the
     reduce_scatter of a Replicate tensor."""
     report, verification = _diverging("none")
-    assert report.check("grad:proj.weight").ratio == pytest.approx(2.0, abs=1e-4), report
+    assert report.check("grad:proj.weight").ratio == pytest.approx(2.0, abs=1e-4), explain(report)
     assert not verification.ok
-    assert any(v.kind == "illegal_collective" and "reduce_scatter" in v.op for v in verification.violations), verification
+    assert any(v.kind == "illegal_collective" and "reduce_scatter" in v.op for v in verification.violations), explain(verification)
 
 
 def test_pr517_default_call_is_clean_and_exact():
     """The default call (materialize="all", verify="raise") trains exactly, and says why it may."""
     report, verification = _diverging("default")
-    assert report.ok, report
-    assert verification.ok and verification.n_unknown == 0, verification
+    assert report.ok, explain(report)
+    assert verification.ok and verification.n_unknown == 0, explain(verification)
 
 
 def _verified_twice(autop: Any) -> tuple[Any, Any, int, int, int, Counter[str]]:
@@ -204,7 +206,7 @@ def test_static_seed_graph_is_clean_without_unknowns():
     seen: list[Any] = []
     run_seed("explicit", cpu_mesh((2, 4)), after_apply=lambda autop: seen.append(_verified_twice(autop)))
     ((verification, plain, with_memo, without, _refused, _hits),) = seen
-    assert verification.ok and verification.n_unknown == 0, verification
+    assert verification.ok and verification.n_unknown == 0, explain(verification)
     assert verification.outputs_checked >= 1
     assert verification == plain and with_memo < without, (with_memo, without)
 
@@ -253,9 +255,9 @@ def test_forced_348_baseline_is_flagged_and_the_default_call_clean():
     from autoparallel_constraints.testing.conformance import run_scenario
 
     base = run_scenario("forced", None)
-    assert base.audit is not None and base.audit.verification.violations, base.audit
+    assert base.audit is not None and base.audit.verification.violations, explain(base.audit)
     run = run_scenario("forced", "explicit")
-    assert run.error is None and run.audit.ok and run.audit.verification.ok, run.audit
+    assert run.error is None and run.audit.ok and run.audit.verification.ok, explain(run.audit)
 
 
 def _ordered(mesh: Any, shape: tuple[int, ...], order: tuple[int, ...]) -> Any:
@@ -362,11 +364,11 @@ def test_a_batch_of_one_per_rank_moves_into_the_rows(w_placements, ok):
         gm, mesh, [_spec(mesh, (16, 64, 4, 1), (Shard(2), Replicate())), _spec(mesh, (1, 64 * (4 if not ok else 1), 128), w_placements)],
         [("out", _spec(mesh, (64, 128), (Shard(0), Replicate())))],
     )
-    assert report.ok is ok, report
+    assert report.ok is ok, explain(report)
     if ok:
         assert report.n_unknown == 0 and report.n_proven == 3
     else:
-        assert [v.kind for v in report.violations] == ["output_mismatch"], str(report)
+        assert [v.kind for v in report.violations] == ["output_mismatch"], explain(report)
 
 
 def _rows_graph(local_bs: int, local_n: int) -> Any:
@@ -426,15 +428,15 @@ def test_a_flatten_of_two_sharded_dims_into_a_bmm_s_rows(mesh_shape, batch_seq, 
         gm, mesh, [_spec(mesh, (batch_seq, batch_seq, 8), x_placements), _spec(mesh, (8, 6), w_placements)],
         [("out", _spec(mesh, (batch_seq, batch_seq, 6), out_placements))],
     )
-    assert report.ok is (verdict == "clean"), report
+    assert report.ok is (verdict == "clean"), explain(report)
     if verdict == "clean":
-        assert report.n_unknown == 0, report
+        assert report.n_unknown == 0, explain(report)
     elif verdict == "output_mismatch":
-        assert [v.kind for v in report.violations] == ["output_mismatch"], report
+        assert [v.kind for v in report.violations] == ["output_mismatch"], explain(report)
     elif verdict == "unproven":
-        assert not report.violations and report.unproven_outputs, report
+        assert not report.violations and report.unproven_outputs, explain(report)
     else:
-        assert report.violations, report
+        assert report.violations, explain(report)
 
 
 @pytest.mark.ondemand  # 76 s; static graphs are proven in the default tier on the seed block
@@ -456,7 +458,7 @@ def test_static_graph_on_a_square_mesh_is_proven():
         autop.add_op_constraints()
         autop.apply_placement(autop.optimize_placement())
         report, plain, with_memo, without, refused, hits = _verified_twice(autop)
-    assert report.ok and report.n_unknown == 0, report
+    assert report.ok and report.n_unknown == 0, explain(report)
     # two layers: the second layer's nodes take the first's verdicts; the view rule refuses
     # candidates without propagating them; DTensor is asked for an output meta it gave for
     # other placements; and the report is the one without any of these shortcuts
@@ -524,12 +526,12 @@ def test_the_embedding_backward_decomposition_is_proven(case):
     indices = _spec(mesh, (batch, seq), index_p)
     report = verify_graph(gm, mesh, [_spec(mesh, (batch, seq, dim), grad_p), indices],
                           [("grad_weight", _spec(mesh, (vocab, dim), out_p))])
-    assert [v.kind for v in report.violations] == ([] if verdict == "clean" else [verdict]), str(report)
+    assert [v.kind for v in report.violations] == ([] if verdict == "clean" else [verdict]), explain(report)
     assert report.ok is (verdict == "clean")
     if verdict == "hidden_redistribution":
-        assert "embedding backward" in report.violations[0].reason, str(report)
+        assert "embedding backward" in report.violations[0].reason, explain(report)
     else:
-        assert report.n_unknown == 0 and not report.unproven_outputs, str(report)
+        assert report.n_unknown == 0 and not report.unproven_outputs, explain(report)
 
 
 def test_even_local_shapes_are_dtensors_on_every_rank():
@@ -619,9 +621,9 @@ def test_a_sum_over_replicated_dims_must_be_divided_back(op, source, divisor, ta
     first = {"R": Replicate(), "P(avg)": Partial("avg"), "P(sum)": Partial("sum")}[source]
     out = Replicate() if op else first
     report = verify_graph(gm, mesh, [_spec(mesh, (4, 8), (first, Replicate()))], [("out", _spec(mesh, (4, 8), (out, Replicate())))])
-    assert [v.kind for v in report.violations] == ([] if verdict == "clean" else [verdict]), report
+    assert [v.kind for v in report.violations] == ([] if verdict == "clean" else [verdict]), explain(report)
     if verdict == "illegal_collective":
-        assert "times" in report.violations[0].reason or "divides" in report.violations[0].reason, report
+        assert "times" in report.violations[0].reason or "divides" in report.violations[0].reason, explain(report)
 
 
 def test_inputs_read_the_same_way_are_tried_first():
@@ -686,10 +688,10 @@ def test_fill_indices_of_the_embedding_backward_are_proven(case):
     assert any(n.target is torch.ops.aten._unsafe_masked_index_put_accumulate.default for n in gm.graph.nodes)
     report = verify_graph(gm, mesh, [_spec(mesh, (batch, seq, dim), grad_p)],
                           [("grad_weight", _spec(mesh, (vocab, dim), out_p))])
-    assert [v.kind for v in report.violations] == ([] if verdict == "clean" else [verdict]), str(report)
+    assert [v.kind for v in report.violations] == ([] if verdict == "clean" else [verdict]), explain(report)
     assert report.ok is (verdict == "clean")
     if verdict == "clean":
-        assert report.n_unknown == 0 and not report.unproven_outputs, str(report)
+        assert report.n_unknown == 0 and not report.unproven_outputs, explain(report)
 
 
 @pytest.mark.parametrize(
@@ -721,10 +723,10 @@ def test_a_gather_reassembled_by_a_view_is_proven_only_when_it_is_the_cat(shape,
     gm = make_fx(gather, tracing_mode="fake")(torch.empty(local))
     report = verify_graph(gm, mesh, [_spec(mesh, shape, (Shard(2), Shard(2)))],
                           [("out", _spec(mesh, target, (Replicate(), Replicate())))])
-    assert not report.violations, str(report)
-    assert report.ok is proven, str(report)
+    assert not report.violations, explain(report)
+    assert report.ok is proven, explain(report)
     if proven:
-        assert report.n_unknown == 0 and not report.unproven_outputs, str(report)
+        assert report.n_unknown == 0 and not report.unproven_outputs, explain(report)
 
 
 def test_sym_ite_with_equal_branches_is_its_branch_and_unequal_stays_unknown():

@@ -18,7 +18,7 @@ from torch.distributed.tensor.placement_types import Replicate, Shard
 
 import autoparallel_constraints as apc
 from autoparallel_constraints.models import falcon_style, falcon_tiny, llama3_small
-from autoparallel_constraints.testing import run_numerics
+from autoparallel_constraints.testing import explain, run_numerics
 
 BUILDERS = {"llama3_small": llama3_small, "falcon_style": falcon_style, "falcon_tiny": falcon_tiny}
 ONDEMAND = pytest.mark.ondemand
@@ -46,6 +46,6 @@ def test_real_model_graphs_have_no_unknowns(name, mesh, batch):
         configure=lambda autop: autop.add_op_constraints(),
         after_apply=lambda autop: seen.append(apc.verify(autop)),
     )
-    assert report.ok, report
+    assert report.ok, explain(report)
     (verification,) = seen
-    assert verification.ok and verification.n_unknown == 0, verification
+    assert verification.ok and verification.n_unknown == 0, explain(verification)

@@ -25,7 +25,7 @@ from autoparallel_constraints.errors import InvalidOptionError
 from autoparallel_constraints.models import FlattenedHeads
 from autoparallel_constraints.plan import _view_skip
 from autoparallel_constraints.plan._view_skip import skipping_unviewable_strategies
-from autoparallel_constraints.testing import cpu_mesh, device_name, run_numerics
+from autoparallel_constraints.testing import cpu_mesh, device_name, explain, run_numerics
 
 S0, R = Shard(0), Replicate()
 MESH = (2, 2, 2)
@@ -158,10 +158,10 @@ def test_the_plan_of_a_skipped_build_runs_exact(call, fresh_strategies):
         after_apply=lambda autop: audits.append(apc.audit(autop)),
     )
     assert _view_skip.last_stats.skipped >= 1
-    assert report.ok, report
-    assert audits[0].ok, audits[0]
+    assert report.ok, explain(report)
+    assert audits[0].ok, explain(audits[0])
     ver = audits[0].verification
-    assert ver is not None and ver.n_unknown == 0 and not ver.unproven_outputs, ver
+    assert ver is not None and ver.n_unknown == 0 and not ver.unproven_outputs, explain(ver)
 
 
 @pytest.mark.ondemand
@@ -176,8 +176,8 @@ def test_the_seed_block_with_falcons_fused_heads_runs_on_a_3d_mesh(fresh_strateg
                           atol=1e-4, rtol=1e-4, configure=lambda autop: autop.add_op_constraints(),
                           after_apply=lambda autop: audits.append(apc.audit(autop)))
     assert _view_skip.last_stats.skipped >= 1
-    assert report.ok, report
-    assert audits[0].ok, audits[0]
+    assert report.ok, explain(report)
+    assert audits[0].ok, explain(audits[0])
 
 
 def test_use_view_skip_takes_a_bool():

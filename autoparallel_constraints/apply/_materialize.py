@@ -38,7 +38,7 @@ import torch
 import torch.fx.traceback as fx_traceback
 from torch.utils._pytree import tree_flatten
 
-from ..core._tags import REGION, TAG
+from ..core._tags import REGION, TAG, is_local_map_region
 from ..plan._sizes import SizeCoupling, find_size_couplings, is_dynamic, size_mismatches
 from ..plan._state import PlannedRedistribute, get_state
 from ..table import default_table
@@ -203,11 +203,6 @@ def tag_nodes(gm: torch.fx.GraphModule, targets: set[Any]) -> Iterator[None]:
                 node.meta["custom"] = previous
 
 
-def is_local_map(node: torch.fx.Node) -> bool:
-    """A ``local_map`` region's node in the joint graph (forward or backward)."""
-    return node.op == "call_function" and bool(node.meta.get("local_map_kwargs")) and "call_local_map" in str(node.target)
-
-
 def _traced_graph() -> torch.fx.Graph | None:
     """The graph make_fx is tracing into right now (None outside a trace)."""
     from torch.fx.experimental.proxy_tensor import get_proxy_mode
@@ -240,7 +235,7 @@ def _wrap_run_node(original: Any) -> Any:
 
     @functools.wraps(original)
     def run_node(self: Any, n: torch.fx.Node) -> Any:
-        graph = _traced_graph() if is_local_map(n) else None
+        graph = _traced_graph() if is_local_map_region(n) else None
         if graph is None:
             return original(self, n)
         last = graph._root.prev if graph._root.prev is not graph._root else None
@@ -258,11 +253,6 @@ def _wrap_run_node(original: Any) -> Any:
 
     run_node.__apc_wrapped__ = True  # type: ignore[attr-defined]
     return run_node
-
-
-def is_local_map(node: torch.fx.Node) -> bool:
-    """A ``local_map`` region's node in the joint graph (forward or backward)."""
-    return node.op == "call_function" and bool(node.meta.get("local_map_kwargs")) and "call_local_map" in str(node.target)
 
 
 def name_redistribute_nodes(

@@ -24,6 +24,7 @@ REQUIRED_INTERNALS: tuple[tuple[str, str], ...] = (
     ("autoparallel.optimize_sharding", "get_placement_options_for_node"),
     ("autoparallel.apply_sharding", "ApplyShardingInterpreter.redistribute_tensor"),
     ("autoparallel.shardings.placement_options", "reset_placement_options_cache"),
+    ("autoparallel.shardings.placement_options", "get_local_map_placement_option"),  # torch 2.14+'s trace
     ("autoparallel.shardings.propagation_rules", "propagate_shape_and_sharding"),  # the view skip
     ("autoparallel.cost_models.collective_runtime_estimation", "estimate_strategy_comms_cost"),
 )

@@ -10,6 +10,9 @@ Two facts decide whether a user's install is one we have seen work:
   tier was measured green on, and autoparallel must be the pinned commit. The installed
   autoparallel's commit is read from pip's ``direct_url.json`` (a ``git+`` install records it) or,
   failing that, recognised by a fingerprint of its source files (an install from a local copy).
+- triton comes with PyPI's CUDA builds of torch, each pinning its own (torch 2.14.1: ``~=3.8.0``);
+  the constraints file's triton was tested beside the CPU build, which brings none. Where the
+  installed torch requires a triton, that requirement is the tested one.
 
 This module uses the standard library only, so the report can be built even when the rest of the
 package cannot import.
@@ -190,6 +193,47 @@ def _check_torch() -> Check:
     return Check("torch", version, tested, status, "" if status == "tested" else fix)
 
 
+def torch_requires_triton() -> str | None:
+    """The triton the installed torch requires of its own (``~=3.8.0``: PyPI's CUDA builds), or None.
+
+    Those builds pin the triton they were built with, so the constraints file's triton (tested with
+    the CPU build, which brings none) cannot be installed beside them; the triton that goes with a
+    tested torch is that torch's own.
+    """
+    try:
+        requires = metadata.requires("torch") or []
+    except metadata.PackageNotFoundError:
+        return None
+    for line in requires:
+        match = re.match(r"triton\s*(~=|==)\s*([0-9][0-9.]*)\s*(;|$)", line)
+        if match:
+            return match.group(1) + match.group(2)
+    return None
+
+
+def _satisfies(version: str, spec: str) -> bool:
+    """``version`` meets ``==X.Y.Z`` or ``~=X.Y.Z`` (the same X.Y, at least X.Y.Z)."""
+    op, want = spec[:2], spec[2:]
+    have_parts = [int(p) for p in re.findall(r"\d+", _public(version))]
+    want_parts = [int(p) for p in want.split(".")]
+    if op == "==":
+        return have_parts[: len(want_parts)] == want_parts and len(have_parts) >= len(want_parts)
+    return have_parts[: len(want_parts) - 1] == want_parts[:-1] and have_parts >= want_parts
+
+
+def _check_triton_of_torch(spec: str) -> Check:
+    version = installed_version("triton")
+    torch_version = installed_version("torch")
+    tested = f"{spec} (torch's)"
+    fix = f"pip install 'triton{spec}' (the triton torch {torch_version} requires)"
+    if version is None:
+        return Check("triton", None, tested, "optional",
+                     "only the torchtitan cases need it: " + fix)
+    torch_tested = torch_version is not None and _public(torch_version) in TESTED_TORCH
+    status = "tested" if torch_tested and _satisfies(version, spec) else "untested"
+    return Check("triton", version, tested, status, "" if status == "tested" else fix)
+
+
 def _check_cbc() -> Check:
     try:
         import pulp
@@ -209,8 +253,12 @@ def checks(constraints: dict[str, str] | None = None) -> list[Check]:
         _check_autoparallel(),
         _check_cbc(),
     ]
+    triton_of_torch = torch_requires_triton()
     for name, tested in pins.items():
         if name == "torch":
+            continue
+        if name == "triton" and triton_of_torch is not None:
+            out.append(_check_triton_of_torch(triton_of_torch))
             continue
         version = installed_version(name)
         fix = _FIX.get(name, "pip install '{name}=={version}'").format(name=name, version=tested)

@@ -14,6 +14,7 @@ from ._cpu import (
     init_fake_process_group,
     reset_strategy_cache,
 )
+from ._explain import explain
 from ._inject import (
     OfferedStrategy,
     chosen_strategy,
@@ -39,6 +40,7 @@ __all__ = [
     "chosen_strategy",
     "cpu_mesh",
     "device_name",
+    "explain",
     "find_nodes",
     "float64_results",
     "fresh_strategy_cache",

@@ -3,7 +3,7 @@
 :func:`run_numerics` is the one-call entry point::
 
     report = run_numerics(lambda: nn.Linear(16, 16), lambda: torch.randn(8, 16), (2, 2))
-    assert report.ok, str(report)
+    assert report.ok, explain(report)  # the run's own error and traceback when it raised
 
 It runs four steps, each usable on its own:
 
@@ -98,11 +98,13 @@ class NumericsReport:
         return tuple(c for c in self.checks if not c.ok)
 
     def check(self, name: str) -> TensorCheck:
-        """The check called ``name``; the KeyError lists the names there are."""
+        """The check called ``name``; the KeyError lists the names there are, and the run's error
+        when it stopped before comparing."""
         for c in self.checks:
             if c.name == name:
                 return c
-        raise KeyError(f"no check named {name!r}; checks are: {', '.join(c.name for c in self.checks)}")
+        stopped = f" (the run stopped: {self.error})" if self.error is not None else ""
+        raise KeyError(f"no check named {name!r}; checks are: {', '.join(c.name for c in self.checks)}{stopped}")
 
     @property
     def placements(self) -> dict[str, str]:

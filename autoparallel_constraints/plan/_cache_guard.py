@@ -20,9 +20,10 @@ Two lines of defence, both active once the plugin is imported:
 The same wrapper runs the build under :func:`._build_memo.memoized_redistribute_cost`, which
 answers DTensor's repeated redistribution-cost questions from a per-build memo (same values), and
 under :func:`._view_skip.skipping_unviewable_strategies`, which lets autoparallel's view rule skip
-an input strategy DTensor refuses to view instead of stopping the build, and under
-:func:`._build_size.size_guard`, which refuses an ILP that cannot fit in memory before
-autoparallel creates it.
+an input strategy DTensor refuses to view instead of stopping the build, under
+:func:`._local_map_hop.reading_traced_local_map_hop`, which lets it read a ``local_map`` region as
+torch 2.14+ trace it, and under :func:`._build_size.size_guard`, which refuses an ILP that cannot
+fit in memory before autoparallel creates it.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import Any
 from ..errors import StaleStrategiesError
 from ._build_memo import memoized_redistribute_cost
 from ._build_size import size_guard
+from ._local_map_hop import reading_traced_local_map_hop
 from ._view_skip import enabled as view_skip_enabled
 from ._view_skip import skipping_unviewable_strategies
 
@@ -87,7 +89,8 @@ def _wrap_enter(original: Any) -> Any:
             clear()
             _filled_for = key
         try:
-            with memoized_redistribute_cost(), skipping_unviewable_strategies(), size_guard():
+            with memoized_redistribute_cost(), skipping_unviewable_strategies(), reading_traced_local_map_hop(), \
+                    size_guard():
                 return original(self)
         except BaseException:
             logger.info("apc: AutoParallel.__enter__ raised; clearing autoparallel's caches it may have left half-written")

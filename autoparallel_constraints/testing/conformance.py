@@ -48,6 +48,7 @@ from ..apply._audit import AuditReport, audit
 from ..errors import ConstraintsError, VerificationError
 from ..formulations import Formulation, make_formulation
 from ..harness._cpu import cpu_mesh, device_name, init_fake_process_group
+from ..harness._explain import explain
 from ..harness._inject import find_nodes, lower_with_inductor, offer_strategy, pin_strategy, strategy_index
 from ..harness._numerics import NumericsReport, run_numerics
 from ..lab._runs import RunSummary, run_seed
@@ -263,24 +264,24 @@ class FormulationConformance:
 
     def test_clean_baseline_keeps_the_objective(self, runs: Callable[[str], Run]) -> None:
         base, run = runs("base:clean"), runs("clean")
-        assert base.error is None and base.audit is not None and base.audit.ok, base.audit
-        assert run.error is None, run.error
-        assert run.audit is not None and run.audit.ok, run.audit
+        assert base.error is None and base.audit is not None and base.audit.ok, explain(base.audit)
+        assert run.error is None, explain(run.error)
+        assert run.audit is not None and run.audit.ok, explain(run.audit)
         assert run.summary.objective == pytest.approx(base.summary.objective, rel=1e-9)
 
     def test_forced_348_is_fixed_and_lowers(self, runs: Callable[[str], Run]) -> None:
         base = runs("base:forced")
-        assert [v.node for v in base.audit.by_kind("not_cosharded")] == ["index_put"], base.audit
+        assert [v.node for v in base.audit.by_kind("not_cosharded")] == ["index_put"], explain(base.audit)
         assert base.lowered is not None and "Broadcast failed in ExpandView" in str(base.lowered)
         run = runs("forced")
-        assert run.error is None, run.error
-        assert run.audit.ok, run.audit
+        assert run.error is None, explain(run.error)
+        assert run.audit.ok, explain(run.audit)
         assert run.lowered is None, f"Inductor failed on the plan: {run.lowered}"
 
     def test_illegal_pin_is_repaired_refused_or_reported(self, runs: Callable[[str], Run]) -> None:
         run = runs("pinned")
         if run.error is not None:
-            assert isinstance(run.error, ConstraintsError), run.error
+            assert isinstance(run.error, ConstraintsError), explain(run.error)
             if isinstance(run.error, VerificationError):
                 return  # the plan kept the illegal strategy and the default verify refused its graph
             assert PIN in str(run.error), f"the error does not name the pin {PIN!r}: {run.error}"
@@ -289,12 +290,12 @@ class FormulationConformance:
             return  # repaired
         gave_way = [n for s in (run.report.gave_way if run.report else ()) for n in s.nodes]
         assert gave_way == ["index_put"], f"the plan breaks the table silently: {run.audit}"
-        assert [v.node for v in run.audit.by_kind("not_cosharded")] == ["index_put"], run.audit
+        assert [v.node for v in run.audit.by_kind("not_cosharded")] == ["index_put"], explain(run.audit)
 
     def test_swapped_case_is_exact(self) -> None:
         report, report_audit = swapped_numerics(self.formulation)
-        assert report.ok, report
-        assert report_audit is not None and report_audit.ok, report_audit
+        assert report.ok, explain(report)
+        assert report_audit is not None and report_audit.ok, explain(report_audit)
 
     def test_failed_call_changes_nothing(self) -> None:
         error, unchanged, changed = failed_call_leaves_problem(self.formulation)
@@ -303,13 +304,13 @@ class FormulationConformance:
 
     def test_same_inputs_same_plan(self, runs: Callable[[str], Run]) -> None:
         first, second = runs("forced"), runs("forced#again")
-        assert first.error is None and second.error is None, (first.error, second.error)
+        assert first.error is None and second.error is None, explain(first.error, second.error)
         assert first.plan and first.plan == second.plan
         assert first.summary.objective == second.summary.objective
 
     def test_names_follow_the_convention(self, runs: Callable[[str], Run]) -> None:
         run = runs("forced")
-        assert run.error is None, run.error
+        assert run.error is None, explain(run.error)
         own = {n: present for n, present in run.names.items() if not n.startswith(("size.", "nested."))}
         assert own, f"{self.name} added nothing on the forced #348 case"
         pattern = re.compile(NAME.format(form=re.escape(self.name)))

@@ -12,6 +12,7 @@ import torch
 import torch.fx
 from torch.utils._pytree import tree_flatten
 
+from ..core._tags import is_local_map_region
 from ..errors import AuditError
 from ._report import VerifyReport
 from ._values import _contiguous_stride
@@ -83,8 +84,8 @@ def regions(autop: Any) -> dict[str, tuple[tuple[Any, ...], tuple[Any, ...], tup
     an input that needs none), -1 for a data-dependent size."""
     out = {}
     for node in autop.gm.graph.nodes:
-        kwargs = node.meta.get("local_map_kwargs") if node.op == "call_function" else None
-        if kwargs and "call_local_map" in str(node.target):
+        if is_local_map_region(node):
+            kwargs = node.meta["local_map_kwargs"]
             ins, outs = tuple(kwargs.get("in_placements") or ()), tuple(kwargs.get("out_placements") or ())
             out[node.name] = (ins, outs, _output_shapes(node)[: len(outs)])  # then the saved activations
     return out
