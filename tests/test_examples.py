@@ -1,6 +1,6 @@
 """Guards examples/: every script has a docstring saying what it shows and what it prints, and
-every script runs on CPU in a fresh process and prints ``VERDICT: ok`` (full tier: 15-65 s each;
-compare_formulations.py, 133 s, on demand).
+every script runs on CPU in a fresh process and prints ``VERDICT: ok`` (full tier: 6-16 s each;
+compare_formulations.py, custom_formulation.py and prune_vs_strict.py on demand, below).
 ``prune.py`` is a module (the formulation), run through tests/test_conformance.py instead."""
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ MODULES = {"prune.py"}  # imported by the others and by the conformance tests, n
 SCRIPTS = sorted(p.name for p in EXAMPLES.glob("*.py") if p.name not in MODULES)
 # on demand: the lab's compare, 16 build+solve runs (133 s in the full tier; tests/test_lab.py
 # runs the same `compare` path), and custom_formulation.py, which runs the conformance kit on
-# examples/prune.py (79 s; tests/test_conformance.py::TestPruneConformance runs that kit on it)
-ONDEMAND = {"compare_formulations.py", "custom_formulation.py"}
+# examples/prune.py (79 s; tests/test_conformance.py::TestPruneConformance runs that kit on it),
+# and prune_vs_strict.py (36 s: its solves timed; the conformance kit proves prune's plans)
+ONDEMAND = {"compare_formulations.py", "custom_formulation.py", "prune_vs_strict.py"}
 
 
 def test_every_example_says_what_it_shows():

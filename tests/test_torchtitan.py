@@ -173,14 +173,15 @@ def _plan(autop) -> dict[str, str]:
 
 
 @pytest.mark.full
-def test_enable_gives_torchtitans_class_the_same_plan_as_the_explicit_call() -> None:
+def test_enable_gives_torchtitans_class_the_same_plan_as_the_explicit_call(llama3_default) -> None:
     """apc.enable() with torchtitan's AutoParallelGraph and torchtitan's sequence (no plugin line
-    in it): the same objective and the same strategy on every node as add_op_constraints(), and
-    the graph torchtitan's own apply path builds (apply_placement_for_fx_module) is verified."""
+    in it): the same objective and the same strategy on every node as add_op_constraints() (the
+    module's explicit build), and the graph torchtitan's own apply path builds
+    (apply_placement_for_fx_module) is verified."""
     from torchtitan.experiments.graph_trainer.configs import GraphTrainerCompileConfig
 
-    explicit = _static_build("llama3", 1, plugin=True)
-    case = torchtitan_case("llama3", layers=1)
+    explicit = llama3_default
+    case = torchtitan_case("llama3", layers=2)
     with torch.device("meta"):
         model = case.model_fn()
     with apc.enabled():
