@@ -91,6 +91,32 @@ def test_a_replicate_claim_on_a_varying_value_is_caught(sum_over, declared, verd
         assert "varies along mesh dim 0" in report.violations[0].reason, str(report)
 
 
+def test_a_region_output_sized_by_rank_coordinates_is_read_on_every_rank() -> None:
+    """torch 2.15 traces a backward region's output size from the rank coordinates (the clamped
+    chunk bounds ``Min((c + 1) * 8, 16) - Min(c * 8, 16)``, unbacked symbols): the verifier
+    evaluates it on every rank, reads it as 8 where every rank gets 8, and leaves it unknown where
+    ranks differ (11 rows in chunks of 6) or a symbol is no coordinate. Before, any such size was
+    unknown and the expert region's routing-score gradient stayed unproven on 2.15."""
+    from types import SimpleNamespace
+
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    from autoparallel_constraints.verifier._regions import _Regions
+
+    env = ShapeEnv()
+    dp, ep, other = (env.create_unbacked_symint() for _ in range(3))
+    walker = SimpleNamespace(sizes=(2, 2), traced_coords={dp.node.expr: 0, ep.node.expr: 1})
+    walker._same_on_every_rank = lambda size: _Regions._same_on_every_rank(walker, size)
+
+    def rows(coord, chunk: int, n: int):
+        return torch.sym_min((coord + 1) * chunk, n) - torch.sym_min(coord * chunk, n)
+
+    assert _Regions._traced_local_shape(walker, (rows(ep, 8, 16), 2)) == (8, 2)
+    assert _Regions._traced_local_shape(walker, (rows(ep, 8, 16) + rows(dp, 4, 8), 2)) == (12, 2)
+    assert _Regions._traced_local_shape(walker, (rows(ep, 6, 11), 2)) == (-1, 2)
+    assert _Regions._traced_local_shape(walker, (rows(other, 8, 16), 2)) == (-1, 2)
+
+
 # -- the expert region through autoparallel (full tier) -------------------------------------------
 
 

@@ -34,6 +34,7 @@ a value whose ``V`` cannot be read (a collective on a group outside the mesh) is
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -205,7 +206,7 @@ class _Regions:
         """A body value leaving its region: the declared outputs it can be (their placements rebuild
         that output's declared global shape from its local one) whose Replicate dims it does not
         vary along; none of those left is a ``region_output`` violation."""
-        local = _concrete(node.meta["val"].shape)
+        local = self._traced_local_shape(node.meta["val"].shape)
         fits: list[tuple[tuple[Any, ...], Any]] = []
         for i, placements in enumerate(outs):
             if placements is None:
@@ -233,6 +234,31 @@ class _Regions:
                 expected=fmt_placements(placements),
             )
         return kept[0] if len(kept) == 1 else _Readings(tuple(kept))
+
+    def _traced_local_shape(self, shape: Any) -> tuple[int, ...]:
+        """A body value's traced local shape; a size traced from rank coordinates (torch 2.15's
+        clamped chunk bounds: ``Min((c + 1) * chunk, n) - Min(c * chunk, n)``) is evaluated on every
+        rank, and is that size where every rank gets the same one; -1 where not known."""
+        return tuple(s if s >= 0 else self._same_on_every_rank(shape[i]) for i, s in enumerate(_concrete(shape)))
+
+    def _same_on_every_rank(self, size: Any) -> int:
+        import sympy
+
+        expr = getattr(getattr(size, "node", None), "expr", None)
+        if not isinstance(expr, sympy.Expr) or not expr.free_symbols or not expr.free_symbols <= self.traced_coords.keys():
+            return -1
+        dims = sorted({self.traced_coords[s] for s in expr.free_symbols})
+        seen: set[int] = set()
+        # a rank is one coordinate per mesh dim: every symbol of a dim takes that dim's value
+        for point in itertools.product(*(range(self.sizes[d]) for d in dims)):
+            at = dict(zip(dims, point))
+            value = expr.xreplace({s: sympy.Integer(at[self.traced_coords[s]]) for s in expr.free_symbols})
+            if not isinstance(value, sympy.Integer):
+                return -1
+            seen.add(int(value))
+            if len(seen) > 1:
+                return -1  # an uneven split: each rank its own size
+        return seen.pop()
 
     @staticmethod
     def _claims_replicated(placements: tuple[Any, ...], varies: frozenset[int]) -> bool:

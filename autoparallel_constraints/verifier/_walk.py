@@ -156,6 +156,7 @@ class _Verifier(_Regions, _Collectives, _Views, _Decomposed, _Propagation):
         self.coordinate = tuple(int(c) for c in (mesh.get_coordinate() or [0] * mesh.ndim))
         self.groups = _group_names(mesh)
         self.sym_coords: dict[Any, int] = {}  # unbacked symbol -> mesh dim
+        self.traced_coords: dict[Any, int] = {}  # the trace's own symbol of a coordinate -> mesh dim
         from torch.distributed.tensor import DTensor
 
         self.propagator = DTensor._op_dispatcher.sharding_propagator
@@ -418,6 +419,9 @@ class _Verifier(_Regions, _Collectives, _Views, _Decomposed, _Propagation):
             # the graph's own arithmetic on it is replayed with this symbol (never the traced vals)
             symbol = sympy.Symbol(f"coord{mesh_dim}_{node.name}", integer=True, nonnegative=True)
             self.sym_coords[symbol] = mesh_dim
+            traced = node.meta.get("val")
+            if isinstance(traced, torch.SymInt) and isinstance(traced.node.expr, sympy.Symbol):
+                self.traced_coords[traced.node.expr] = mesh_dim  # read back in traced sizes (_regions)
             return symbol
         if target is aten.sym_size.int and len(args) == 2 and isinstance(args[1], int):
             size = self._even_local_size(args[0], args[1])
