@@ -219,6 +219,22 @@ def test_every_language_family_builds_with_torchtitans_sdpa_module() -> None:
             torchtitan_case(family)
 
 
+def test_the_reference_model_is_initialised_as_torchtitans_trainer_does() -> None:
+    """torchtitan builds the routed experts' weights with ``torch.empty`` and initialises every
+    model in its trainer (``init_weights``); a case's ``model_fn`` on CPU does too. Before, the
+    reference ran the experts on whatever memory held: zeros in a fresh process (every routed
+    expert's output zero, their gradients untested), garbage after other work in the process (the
+    wrong numbers of a dynamic build after a static one)."""
+    junk = [torch.full((n,), 3.0) for n in range(1000, 70000, 997)]  # memory the allocator hands back
+    del junk
+    torch.manual_seed(0)
+    model = torchtitan_case("deepseek_v3", layers=2, mixed_precision=False).model_fn()
+    experts = {name: p.detach() for name, p in model.named_parameters() if "routed_experts" in name}
+    assert experts, "no routed experts in torchtitan's DeepSeek-V3: this test covers nothing"
+    for name, weight in experts.items():
+        assert torch.isfinite(weight).all() and 1e-3 < float(weight.std()) < 0.1, (name, float(weight.std()))
+
+
 def test_torchtitan_zoo_rows_say_their_outcome_and_why(capsys, tmp_path) -> None:
     """``zoo --torchtitan``: a family that cannot run the sequence is a row that says why; a row's
     outcome is proven exact only when audit, verifier and numbers all are, and off-plan edges

@@ -134,8 +134,9 @@ class _PositionsByKeyword(torch.nn.Module):
 class TorchtitanCase:
     """One torchtitan model and torchtitan's autoparallel call sequence, as data.
 
-    ``model_fn`` builds the model (call it under ``torch.device("meta")`` for autoparallel, on CPU
-    for a reference: torchtitan initialises weights as it builds); ``input_fn`` returns
+    ``model_fn`` builds the model (call it under ``torch.device("meta")`` for autoparallel; on CPU
+    for a reference it then runs the model's ``init_weights``, as torchtitan's trainer does);
+    ``input_fn`` returns
     ``(tokens, positions)``. :meth:`configure` applies torchtitan's constraints to an entered
     ``AutoParallel``.
     """
@@ -211,8 +212,18 @@ def torchtitan_case(
                                          cast_forward_inputs=False)
     x = (Shard(0), Replicate()) if mesh_ndim == 2 else (Shard(0),)
     logits = (Shard(0), Shard(2)) if mesh_ndim == 2 else (Shard(0),)
+
+    def model_fn() -> torch.nn.Module:
+        model = config.build()
+        if not any(p.is_meta for p in model.parameters()):
+            # torchtitan's trainer initialises every model after building it; the build alone
+            # leaves the routed experts' weights (GroupedExperts: torch.empty) as whatever memory
+            # held: zeros in a fresh process, garbage after other work
+            with torch.no_grad():
+                model.init_weights(buffer_device=None)
+        return _PositionsByKeyword(model) if family in _KEYWORD_POSITIONS else model
+
     return TorchtitanCase(
-        family=family, flavor=flavor, layers=len(config.layers), input_fn=input_fn,
-        model_fn=(lambda: _PositionsByKeyword(config.build())) if family in _KEYWORD_POSITIONS else config.build,
+        family=family, flavor=flavor, layers=len(config.layers), input_fn=input_fn, model_fn=model_fn,
         mp_policy=mp_policy, input_placements=(x, x), output_placements=(logits,),
     )

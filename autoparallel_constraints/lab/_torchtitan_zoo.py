@@ -6,9 +6,7 @@ plugin's default call: built, audited, verified and run on simulated ranks again
 
 One row per (family, mesh, call, precision); a family torchtitan ships that cannot run the sequence
 (:data:`~._torchtitan.TORCHTITAN_NOT_RUN`) is one row saying why. A row has two halves, each in its
-own process (a fresh strategy cache, memory returned, a timeout each): in one process a static build
-followed by a dynamic one of torchtitan's DeepSeek-V3 runs wrong numbers with the default call
-(ranks disagree) that the same dynamic build in a fresh process runs exact (docs/limits.md):
+own process (a fresh strategy cache, memory returned, a timeout each):
 
 * **torchtitan's build**: ``AutoParallelGraph`` with static shapes, torchtitan's constraints
   (:mod:`._torchtitan`), solved (alone: autoparallel on ``highs-lp``, the default solver;
@@ -16,9 +14,10 @@ followed by a dynamic one of torchtitan's DeepSeek-V3 runs wrong numbers with th
   ``apply_placement_for_fx_module`` starts with), then ``apc.audit`` and ``apc.verify``: the audit's
   verdict, the verifier's unknown nodes and unproven outputs.
 * **numbers**: ``run_numerics`` with the same model, constraints and call on a dynamic build (a
-  static graph bakes rank 0's coordinates in), every rank simulated; bf16 rows are judged by the
-  float64 yardstick against one device at the same precision (the worst ratio is printed), fp32
-  rows by the dtype tolerance. ``exact``, ``wrong`` (a tensor outside) or ``crash`` (a stage raised).
+  static graph bakes rank 0's coordinates in), every rank simulated, judged by the float64
+  yardstick against one device at the same precision (the worst ratio is printed; fp32 rows too,
+  since torchtitan's routed experts run their grouped matmuls in bf16 in any model). ``exact``,
+  ``wrong`` (a tensor outside) or ``crash`` (a stage raised).
 
 Each row's outcome (:func:`outcome`): ``proven exact``, ``exact, off-plan edges`` (the numbers
 exact and every output proven, but the audit finds edges autoparallel's apply delivered other than
@@ -114,6 +113,8 @@ def _numbers(row: dict, case, shape: tuple[int, ...], call: str) -> dict:
         case.model_fn, case.input_fn, shape, configure=configure, parameter_memory_constraint=False,
         input_placements=list(case.input_placements), output_placements=list(case.output_placements),
         mp_policy=case.mp_policy, autoparallel_cls=autoparallel_graph_class(),
+        # fp32 rows too: torchtitan's routed experts run their grouped matmuls in bf16 in any model
+        float64_yardstick=case.mp_policy is None,
     )
     if report.error is not None:
         row["numerics"] = "crash"
