@@ -133,7 +133,9 @@ def test_the_budget_is_checked(bad, budget):
     assert apc.set_build_budget("available") == "available"
 
 
-@pytest.mark.full
+# on demand (30 s): the count against autoparallel's own stays in the default tier
+# (test_the_count_is_what_autoparallel_creates), and the per-cluster tests hold linked layers
+@pytest.mark.ondemand
 def test_repeated_layers_share_their_variables_in_the_count(make_mesh, budget):
     """autoparallel links a repeated layer's nodes to the first layer's and creates no variable
     for them: the count leaves them out too (llama3 small, 2 layers, on 2x2), so it is the
