@@ -155,19 +155,6 @@ def _torchtitan_llama3() -> Any:
     return torchtitan_case("llama3", layers=2)
 
 
-def _torchtitan_policy() -> Any:
-    """torchtitan's mixed precision (``torchtitan_case``'s), built without importing torchtitan."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy
-
-    return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, cast_forward_inputs=False)
-
-
-def _autoparallel_graph() -> type:
-    from ._torchtitan import autoparallel_graph_class
-
-    return autoparallel_graph_class()
-
-
 def _fuzz_spec() -> Any:
     from ..harness._fuzz import MENU, ModelSpec, Step
 
@@ -211,6 +198,8 @@ def sources() -> dict[str, Source]:
         )
 
     llama_model, llama_input = llama3_small()
+    from ._torchtitan import autoparallel_graph_class, torchtitan_mp_policy  # no torchtitan import until built
+
     titan = functools.cache(_torchtitan_llama3)
     falcon_model, falcon_input = falcon_tiny()
     spec = _fuzz_spec()
@@ -252,7 +241,7 @@ def sources() -> dict[str, Source]:
             output_placements=lambda ndim: list(titan().output_placements),
             parameter_memory_constraint=False,
             configure=lambda autop: autop.add_parameter_memory_constraint(low=None, high=None),
-            mp_policy=_torchtitan_policy(), autoparallel_cls=_autoparallel_graph, limit=3, meshes=((2, 2),),
+            mp_policy=torchtitan_mp_policy(), autoparallel_cls=autoparallel_graph_class, limit=3, meshes=((2, 2),),
             on_demand_meshes=(),
             note="torchtitan 0.3.0's Llama3 debug model, 2 layers, bf16 params / fp32 reduce, AutoParallelGraph",
         ),

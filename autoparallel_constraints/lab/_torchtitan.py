@@ -46,7 +46,7 @@ from ..errors import InvalidOptionError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TORCHTITAN_FAMILIES", "TORCHTITAN_NOT_RUN", "TorchtitanCase", "autoparallel_graph_class", "torchtitan_case"]
+__all__ = ["TORCHTITAN_FAMILIES", "TORCHTITAN_NOT_RUN", "TorchtitanCase", "autoparallel_graph_class", "torchtitan_case", "torchtitan_mp_policy"]
 
 #: torchtitan's model families (``torchtitan/models/``) and the module each is registered in.
 TORCHTITAN_FAMILIES: dict[str, str] = {
@@ -161,6 +161,14 @@ class TorchtitanCase:
         autop.add_output_constraints(list(self.output_placements))
 
 
+def torchtitan_mp_policy() -> Any:
+    """torchtitan's mixed precision: bfloat16 parameters, float32 reduction, forward inputs left as
+    they are (no torchtitan import needed)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, cast_forward_inputs=False)
+
+
 def torchtitan_case(
     family: str = "llama3",
     flavor: str = "debugmodel",
@@ -204,12 +212,7 @@ def torchtitan_case(
         positions = torch.arange(seq, dtype=torch.int32).repeat(batch, 1)
         return tokens, positions
 
-    mp_policy = None
-    if mixed_precision:
-        from torch.distributed.fsdp import MixedPrecisionPolicy
-
-        mp_policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32,
-                                         cast_forward_inputs=False)
+    mp_policy = torchtitan_mp_policy() if mixed_precision else None
     x = (Shard(0), Replicate()) if mesh_ndim == 2 else (Shard(0),)
     logits = (Shard(0), Shard(2)) if mesh_ndim == 2 else (Shard(0),)
 
