@@ -1,7 +1,9 @@
 """autoparallel_constraints: co-sharding rules for meta-pytorch/autoparallel's ILP, made visible.
 
-Importing the package adds ``AutoParallel.add_op_constraints`` and wraps autoparallel's apply step
-so every applied graph can be audited::
+Importing the package adds ``AutoParallel.add_op_constraints`` and attaches the seam's import
+shims (:mod:`autoparallel_constraints.seam`: the apply step's recording, so every applied graph can
+be audited, and the ones that leave autoparallel's results as they are or turn its crashes into
+fixes or clear errors)::
 
     import autoparallel_constraints as apc
 
@@ -29,8 +31,6 @@ _doctor.warn_if_untested()
 
 from .apply._audit import ArgAudit, AuditReport, Violation, audit  # noqa: E402
 from .apply._materialize import apc_redistribute  # noqa: E402
-from .apply._materialize import install as _install_apply  # noqa: E402
-from .core._upstream import install as _install_upstream_notes  # noqa: E402
 from .errors import (  # noqa: E402
     AuditError,
     AutoParallelMissingError,
@@ -47,20 +47,21 @@ from .errors import (  # noqa: E402
     StrictConflictError,
     UnknownOpError,
     UntestedVersionWarning,
+    UpstreamChangedError,
+    UpstreamChangedWarning,
     VerificationError,
     VerificationWarning,
 )
 from .formulations import FORMULATIONS, Formulation, register_formulation  # noqa: E402
-from .plan._build_memo import use_build_memo  # noqa: E402
-from .plan._build_size import set_build_budget  # noqa: E402
 from .plan._enable import disable, enable, enable_from_env, enabled, enabled_options  # noqa: E402
-from .plan._cache_guard import install as _install_cache_guard  # noqa: E402
 from .plan._plugin import NoMatchingNodesWarning, add_op_constraints  # noqa: E402
-from .plan._plugin import install as _install_plugin  # noqa: E402
 from .plan._report import ConstraintReport, constraint_report  # noqa: E402
 from .plan._solvers import SolverTimeLimitWarning, use_solver  # noqa: E402
 from .plan._state import AddedConstraints, PlannedRedistribute  # noqa: E402
-from .plan._view_skip import use_view_skip  # noqa: E402
+from .seam import install as _install_shims  # noqa: E402
+from .seam._build_size import set_build_budget  # noqa: E402
+from .seam._memos import use_build_memo  # noqa: E402
+from .seam._view_skip import use_view_skip  # noqa: E402
 from .table import Alignment, ArgSpec, Flag, Linearity, OpRule, Role, Table, default_table  # noqa: E402
 from .verifier._contract import verify  # noqa: E402
 from .verifier._report import GraphViolation, VerifyReport  # noqa: E402
@@ -100,6 +101,8 @@ __all__ = [
     "Table",
     "UnknownOpError",
     "UntestedVersionWarning",
+    "UpstreamChangedError",
+    "UpstreamChangedWarning",
     "VerificationError",
     "VerificationWarning",
     "VerifyReport",
@@ -135,15 +138,4 @@ def register_rule(row: OpRule, *, override: bool = False) -> OpRule:
     return default_table().register(row, override=override)
 
 
-def _install() -> None:
-    from autoparallel.api import AutoParallel
-
-    if getattr(AutoParallel, "add_op_constraints", None) is not add_op_constraints:
-        AutoParallel.add_op_constraints = add_op_constraints  # type: ignore[attr-defined]
-    _install_apply()
-    _install_cache_guard()
-    _install_upstream_notes()  # after the cache guard: its note covers the guarded __enter__ too
-    _install_plugin()
-
-
-_install()
+_install_shims()

@@ -23,6 +23,8 @@ __all__ = [
     "StrictConflictError",
     "UnknownOpError",
     "UntestedVersionWarning",
+    "UpstreamChangedError",
+    "UpstreamChangedWarning",
     "VerificationError",
     "VerificationWarning",
 ]
@@ -98,6 +100,24 @@ class BuildTooLargeError(ConstraintsError, RuntimeError):
         super().__init__(message)
         self.size = size
         self.budget_bytes = budget_bytes
+
+
+class UpstreamChangedError(ConstraintsError, RuntimeError):
+    """autoparallel, torch or PuLP no longer has what one of this package's shims (``seam``) attaches
+    to or reads: a target moved or was renamed. ``shim`` names the shim, ``target`` the missing name
+    (``module:attribute.path``), ``stops`` what stops working without it. Never a silent no-op:
+    ``python -m autoparallel_constraints doctor`` lists every shim and its target."""
+
+    def __init__(self, message: str, *, shim: str = "", target: str = "", stops: str = "") -> None:
+        super().__init__(message)
+        self.shim = shim
+        self.target = target
+        self.stops = stops
+
+
+class UpstreamChangedWarning(UserWarning):
+    """At import: a shim that the import does not attach has a target that moved; the calls that
+    use it will raise :class:`UpstreamChangedError` (``doctor`` lists it as ``target missing``)."""
 
 
 class StaleStrategiesError(ConstraintsError, RuntimeError):

@@ -123,6 +123,9 @@ class SeedStack(nn.Module):
 
 from collections.abc import Callable  # noqa: E402  (the builders' return type)
 
+from .seam import autop as upstream
+from .seam.dtensor import functional_collectives
+
 __all__ += ["falcon_tiny", "llama3_small"]
 
 ModelBuilder = tuple[Callable[[], nn.Module], Callable[[], torch.Tensor]]
@@ -138,7 +141,7 @@ def llama3_small(
     attention with ``n_kv_heads``, rotary embeddings, RMSNorm, SwiGLU), ``input_fn()`` a
     ``[batch, seq]`` tensor of token ids.
     """
-    from autoparallel._testing.models.llama3 import Transformer, TransformerModelArgs
+    Transformer, TransformerModelArgs = upstream.llama3()
 
     args = TransformerModelArgs(
         dim=dim, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads, vocab_size=vocab_size,
@@ -177,7 +180,7 @@ def falcon_tiny(
     def model_fn() -> nn.Module:
         model = FalconForCausalLM(config)
         # set after construction: Falcon's _check_and_enable_sdpa rewrites the config's choice
-        model.config._attn_implementation = "eager"
+        model.set_attn_implementation("eager")
         return model
 
     def input_fn() -> torch.Tensor:
@@ -407,20 +410,19 @@ def zoo_model(family: str, *, seq: int = 16, batch: int = 4, attn: str = "eager"
 
     spec = ZOO[family] if family in ZOO else _tiny_family(family)
     try:
-        config = getattr(transformers, spec.config)(**spec.kwargs, use_cache=False)
+        config = getattr(transformers, spec.config)(**spec.kwargs, use_cache=False, attn_implementation=attn)
     except Exception as exc:  # noqa: BLE001 - the family's validators refuse the tiny sizes
         raise FamilyUnavailable(f"its config refuses tiny sizes: {type(exc).__name__}: {_first_line(exc)}") from exc
     for key, value in config.to_dict().items():
         if "drop" in key and isinstance(value, float):
             setattr(config, key, 0.0)
-    config._attn_implementation = attn
     model_cls = getattr(transformers, spec.model)
     vocab = int(getattr(config, "vocab_size", spec.kwargs.get("vocab_size", 256)))
 
     def model_fn() -> nn.Module:
         model = model_cls(config)
         if attn != "eager":  # set again after construction: some families (Falcon) rewrite the choice
-            model.config._attn_implementation = attn
+            model.set_attn_implementation(attn)
         return CausalLMLogits(model)
 
     def input_fn() -> torch.Tensor:
@@ -571,9 +573,7 @@ class _SumGradOver(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        from torch.distributed import _functional_collectives as funcol
-
-        return funcol.all_reduce(grad, "sum", ctx.group), None
+        return functional_collectives().all_reduce(grad, "sum", ctx.group), None
 
 
 def expert_region_block(
@@ -619,8 +619,9 @@ def expert_region_block(
     expert gradients are wrong on a mesh with ``dp`` > 1 (the verifier's ``region_output``).
     """
     import torch.nn.functional as F
-    from torch.distributed import _functional_collectives as funcol
     from torch.distributed.tensor.experimental import local_map
+
+    funcol = functional_collectives()
     from torch.distributed.tensor.placement_types import Partial, Replicate, Shard
 
     if mesh.ndim != 2:

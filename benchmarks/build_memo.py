@@ -32,7 +32,7 @@ def child(model: str, mesh: tuple[int, ...], memo: bool) -> dict:
     from autoparallel.api import AutoParallel
 
     import autoparallel_constraints as apc
-    from autoparallel_constraints.plan import _build_memo
+    from autoparallel_constraints.seam import _memos as _build_memo
     from autoparallel_constraints.testing import cpu_mesh, device_name
 
     sys.path.insert(0, str(HERE))

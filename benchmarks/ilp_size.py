@@ -60,7 +60,8 @@ def main() -> int:
 
     import autoparallel_constraints as apc  # the cache guard and build memo, as users get them
     from autoparallel_constraints import use_solver
-    from autoparallel_constraints.plan import _build_memo, _build_size
+    from autoparallel_constraints.seam import _build_size
+    from autoparallel_constraints.seam import _memos as _build_memo
     from autoparallel_constraints.testing import cpu_mesh, device_name
 
     sys.path.insert(0, str(HERE))

@@ -118,7 +118,7 @@ def _placements(io: str | None):
 def run_one(model: str, call: str, mesh: tuple[int, ...], io: str | None = None, view_skip: bool = True) -> dict:
     """One row, in this process."""
     import autoparallel_constraints as apc
-    from autoparallel_constraints.plan import _view_skip
+    from autoparallel_constraints.seam import _view_skip
     from autoparallel_constraints.plan._nested import nested_uneven
     from autoparallel_constraints.testing import device_name, run_numerics
 

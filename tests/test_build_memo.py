@@ -1,4 +1,4 @@
-"""Guards the build memo (``plan/_build_memo.py``): autoparallel's strategy enumeration asks DTensor's
+"""Guards the build memo (``seam/_memos.py``): autoparallel's strategy enumeration asks DTensor's
 ``redistribute_cost`` the same question many times while tracing (where DTensor skips its own
 cache); the plugin answers repeats from a per-build memo. These tests hold it to building exactly
 the ILP autoparallel builds without it, to asking DTensor fewer times, and to leaving DTensor's
@@ -18,7 +18,7 @@ from torch import nn
 from torch.distributed.tensor._ops import utils as dtensor_op_utils
 
 import autoparallel_constraints as apc
-from autoparallel_constraints.plan import _build_memo
+from autoparallel_constraints.seam import _memos as _build_memo
 
 DTENSOR_REDISTRIBUTE_COST = dtensor_op_utils.redistribute_cost
 

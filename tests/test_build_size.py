@@ -1,4 +1,4 @@
-"""Guards the build size guard (``plan/_build_size.py``): before autoparallel creates its ILP's
+"""Guards the build size guard (``seam/_build_size.py``): before autoparallel creates its ILP's
 variables, the plugin counts them and refuses a build whose variables cannot fit the memory
 budget, with a package error that names the count. These tests hold the count to what
 autoparallel then creates, the refusal to the budget (the default, what the system reports
@@ -19,7 +19,7 @@ from autoparallel.optimize_sharding import ShardingOptimizer
 from torch import nn
 
 import autoparallel_constraints as apc
-from autoparallel_constraints.plan import _build_size
+from autoparallel_constraints.seam import _build_size
 
 CREATE_VARIABLES = ShardingOptimizer.__dict__["_create_pulp_variables"]
 

@@ -1,6 +1,7 @@
 """Guards the CPU harness: the opt-in device-name answer (and its restore), CPU meshes, and the
-mesh-blind strategy cache — two meshes in one process reuse stale strategies unless the cache is
-cleared, which is what the per-test fixture (and the plugin's own guard) does."""
+strategy cache — at the pin two meshes in one process reuse stale strategies unless the cache is
+cleared, which is what the per-test fixture (and the seam's ``mesh_strategy_cache`` shim) does;
+where autoparallel keys the cache on the mesh (its PR #511), they do not."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import torch
 from autoparallel.api import AutoParallel
 from torch import nn
 
+from autoparallel_constraints import seam
 from autoparallel_constraints.testing import device_name, fresh_strategy_cache, reset_strategy_cache
 
 
@@ -43,19 +45,19 @@ def _stale_strategy_count(mesh) -> tuple[int, int]:
         return sum(tuple(m.shape) != tuple(mesh.shape) for m in meshes), len(meshes)
 
 
-def test_strategy_cache_is_mesh_blind_and_the_fixture_clears_it(make_mesh, monkeypatch, fresh_strategies):
-    """(2,4) then (4,2) in one process: without clearing, the second run's strategies still carry
-    the (2,4) mesh; cleared between runs (what ``fresh_strategies`` does), none do."""
-    from autoparallel_constraints.plan import _cache_guard
-
+def test_strategy_cache_and_the_fixture_on_both_sides_of_the_upstream_fix(make_mesh, fresh_strategies):
+    """(2,4) then (4,2) in one process with the seam's guard off: where its probe finds the cache
+    mesh-blind (the pin), every strategy of the second run still carries the (2,4) mesh; where
+    upstream keys it on the mesh (PR #511), none does. Cleared between runs (what
+    ``fresh_strategies`` does), none does either way. Rests on autoparallel's placement-option
+    cache key (shim ``mesh_strategy_cache``)."""
     first, second = make_mesh((2, 4)), make_mesh((4, 2))
     reset_strategy_cache()
-    _stale_strategy_count(first)
-    # the plugin's guard would clear the cache here; make it believe the cache is the second mesh's
-    # (restored after the test; fresh_strategies empties the cache this leaves mixed)
-    monkeypatch.setattr(_cache_guard, "_filled_for", _cache_guard.cache_key(second))
-    stale, total = _stale_strategy_count(second)  # no reset in between: the upstream hazard
-    assert total and stale == total, (stale, total)
+    with seam.detached("mesh_strategy_cache"):  # fresh_strategies empties what this leaves mixed
+        _stale_strategy_count(first)
+        stale, total = _stale_strategy_count(second)  # no reset in between: the upstream hazard
+    blind = seam.probe("mesh_strategy_cache").verdict is seam.Verdict.NEEDED
+    assert total and stale == (total if blind else 0), (stale, total, blind)
     with fresh_strategy_cache():
         _stale_strategy_count(first)
     with fresh_strategy_cache():

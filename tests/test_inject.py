@@ -26,6 +26,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy
 from torch.distributed.tensor.placement_types import Replicate, Shard
 
+from autoparallel_constraints.seam.autop import cached_strategies
 from autoparallel_constraints.errors import InvalidOptionError
 from autoparallel_constraints.harness._cpu import (
     cpu_mesh,
@@ -184,7 +185,8 @@ def test_offer_strategy_leaves_cache_and_lookup_unchanged(mesh, cpu_cost_model):
     assert optimize_sharding.get_placement_options_for_node is original_lookup
     assert placement_options.get_placement_options_for_node is original_lookup
     assert _cache_snapshot(cache) == snapshot_while_active
-    entries = [entry for key, entry in cache.items() if key[0] == INDEX_PUT]
+    # the cache's key layout is autoparallel's (the pin: op first; PR #511: the mesh, then the op)
+    entries = cached_strategies(INDEX_PUT)
     assert entries, "the index_put strategies should have been cached"
     for entry in entries:
         assert len(entry.strategies) == with_offer - 1

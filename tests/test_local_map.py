@@ -11,7 +11,7 @@ Rests on: autoparallel a54c252 tracing a local_map as a node with its ``local_ma
 apply running the body inline in the parallel graph. The node's target differs by torch version:
 2.13 traces the HOP inside a ``call_local_map`` wrapper, 2.14 and 2.15 trace ``local_map_hop``
 itself, which autoparallel's strategy for a region asserts against (its build stops); on those the
-tests pass through the package's ``plan._local_map_hop``, which lets it read the HOP.
+tests pass through the package's seam shim ``local_map_hop``, which lets it read the HOP.
 """
 
 from __future__ import annotations

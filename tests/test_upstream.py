@@ -1,4 +1,4 @@
-"""Guards how autoparallel's own failures reach the user (``core._upstream``): the exception is
+"""Guards how autoparallel's own failures reach the user (the seam's ``upstream_notes`` shim, ``seam/_notes.py``): the exception is
 autoparallel's, unchanged, with one note from this package that says so, names the frame, and for
 a known failure says what it is and the way around it; this package's own errors get no note.
 
@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch.distributed.tensor.placement_types import Replicate, Shard
 
 import autoparallel_constraints as apc
-from autoparallel_constraints.core._upstream import KNOWN, _wrap, known_failure, upstream_line
+from autoparallel_constraints.seam._notes import KNOWN, around, known_failure, upstream_line
 from autoparallel_constraints.lab._zoo import _outcome_of_failure
 from autoparallel_constraints.testing import cpu_mesh
 
@@ -87,9 +87,9 @@ def test_the_same_model_with_the_eager_fix_runs():
 
 def test_errors_of_this_package_get_no_note():
     """A failure decided in this package's code (here an unknown op in the table) is ours: no note."""
-    lookup = _wrap(apc.default_table().__getitem__, "optimize_placement")
+    noted = around("optimize_placement")
     with pytest.raises(apc.UnknownOpError) as info:
-        lookup("aten.no_such_op.default")
+        noted(apc.default_table().__getitem__, "aten.no_such_op.default")
     assert not getattr(info.value, "__notes__", [])
 
 

@@ -164,11 +164,12 @@ def _verified_twice(autop: Any) -> tuple[Any, Any, int, int, int, Counter[str]]:
     how many view candidates the rule refused, and the DTensor memos' hits."""
     import contextlib
 
+    from autoparallel_constraints.seam import _memos
     from autoparallel_constraints.verifier import _propagation, _walk
 
     calls, refused = [0], [0]
     compute, refusal = _walk._Verifier._compute, _walk._Verifier._view_rule_refusal
-    memos, memo_hits = _propagation._dtensor_memos, []
+    memos, memo_hits = _memos.dtensor_memos, []
 
     @contextlib.contextmanager
     def counted_memos() -> Any:
@@ -188,12 +189,12 @@ def _verified_twice(autop: Any) -> tuple[Any, Any, int, int, int, Counter[str]]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_walk._Verifier, "_compute", counted)
         patch.setattr(_walk._Verifier, "_view_rule_refusal", counted_refusal)
-        patch.setattr(_walk, "_dtensor_memos", counted_memos)
+        patch.setattr(_walk, "dtensor_memos", counted_memos)
         fast = apc.verify(autop)
         with_memo, calls[0] = calls[0], 0
         patch.setattr(_propagation, "_compute_key", lambda *a: None)
         patch.setattr(_walk._Verifier, "_view_rule_refusal", lambda self, *a: None)
-        patch.setattr(_walk, "_dtensor_memos", contextlib.nullcontext)
+        patch.setattr(_walk, "dtensor_memos", contextlib.nullcontext)
         plain = apc.verify(autop)
     (hits,) = memo_hits
     return fast, plain, with_memo, calls[0], refused[0], hits
@@ -219,13 +220,13 @@ def test_dtensor_memos_keep_what_the_value_depends_on_and_restore_dtensor():
     from torch.distributed.tensor._ops import utils as op_utils
     from torch.distributed.tensor.placement_types import _StridedShard
 
-    from autoparallel_constraints.verifier import _propagation
+    from autoparallel_constraints.seam import _memos
 
-    keys = {_propagation._meta_key(a) for a in (1, 1.0, True, [1, 2], (1, 2))}
+    keys = {_memos._meta_key(a) for a in (1, 1.0, True, [1, 2], (1, 2))}
     assert len(keys) == 5, keys
     propagator = DTensor._op_dispatcher.sharding_propagator
     before = (op_utils.redistribute_cost, _StridedShard.local_shard_size_and_offset)
-    with pytest.raises(RuntimeError), _propagation._dtensor_memos():
+    with pytest.raises(RuntimeError), _memos.dtensor_memos():
         assert op_utils.redistribute_cost is not before[0]
         assert "_propagate_tensor_meta_non_cached" in vars(propagator)
         raise RuntimeError("a verification that fails")

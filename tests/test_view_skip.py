@@ -1,4 +1,4 @@
-"""Guards the view skip (``plan._view_skip``): during a build, autoparallel's view rule skips an
+"""Guards the view skip (``seam._view_skip``): during a build, autoparallel's view rule skips an
 input strategy DTensor refuses to view with "Cannot shard unevenly distributed tensor", as it
 already does for DTensor's ``AssertionError``, instead of stopping ``AutoParallel.__enter__``.
 
@@ -23,8 +23,8 @@ from torch.distributed.tensor.placement_types import Replicate, Shard
 import autoparallel_constraints as apc
 from autoparallel_constraints.errors import InvalidOptionError
 from autoparallel_constraints.models import FlattenedHeads
-from autoparallel_constraints.plan import _view_skip
-from autoparallel_constraints.plan._view_skip import skipping_unviewable_strategies
+from autoparallel_constraints.seam import _view_skip
+from autoparallel_constraints.seam._view_skip import skipping_unviewable_strategies
 from autoparallel_constraints.testing import cpu_mesh, device_name, explain, run_numerics
 
 S0, R = Shard(0), Replicate()

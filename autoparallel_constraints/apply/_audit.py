@@ -34,6 +34,8 @@ from ..errors import AuditError
 from ..plan._nested import nested_uneven_specs
 from ..plan._sizes import size_mismatches
 from ..plan._state import PlannedRedistribute, get_state
+from ..seam import autop as upstream
+from ..seam.tracing import tree_flatten
 from ..table import Table, bind, check, default_table
 from ..verifier._contract import verify
 from ..verifier._report import VerifyReport
@@ -162,7 +164,7 @@ class AuditReport:
 
 
 def _record_of(autop: Any) -> ApplyRecord:
-    record = getattr(autop, "_apc_apply_record", None)
+    record = upstream.get(autop, "apply_record")
     if record is None:
         raise AuditError(
             "audit() needs the applied graph: call autop.apply_placement(placement) first (the "
@@ -194,7 +196,7 @@ def _parallel_input_shapes(parallel_gm: torch.fx.GraphModule | None) -> dict[str
         if tag is None or node.op != "call_function" or custom.get(OP_TAG) != op_family(node.target):
             continue
         shapes: list[tuple[int, ...] | None] = []
-        for x in torch.utils._pytree.tree_flatten(node.args)[0]:
+        for x in tree_flatten(node.args)[0]:
             if isinstance(x, torch.fx.Node) and isinstance(x.meta.get("val"), torch.Tensor):
                 shapes.append(_concrete(x.meta["val"].shape))
         out[tag] = shapes
@@ -252,7 +254,7 @@ def audit(autop: Any, *, table: Table | None = None) -> AuditReport:
         mismatches = check(binding, actual_specs, planned.output_specs)
         plan_mismatches = check(binding, plan_specs, planned.output_specs)
         args = []
-        producers = [x for x in torch.utils._pytree.tree_flatten(node.args)[0] if isinstance(x, torch.fx.Node) and x in placement]
+        producers = [x for x in tree_flatten(node.args)[0] if isinstance(x, torch.fx.Node) and x in placement]
         for b in binding.args:
             i = b.spec_index
             edge = node_edges.get(i)

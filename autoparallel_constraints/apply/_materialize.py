@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import functools
 import itertools
 import logging
 import math
@@ -32,23 +31,24 @@ import operator
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.fx.traceback as fx_traceback
-from torch.utils._pytree import tree_flatten
 
 from ..core._tags import REGION, TAG, is_local_map_region
 from ..plan._sizes import SizeCoupling, find_size_couplings, is_dynamic, size_mismatches
 from ..plan._state import PlannedRedistribute, get_state
+from ..seam import autop as upstream
+from ..seam._apply import ApplyHandlers
+from ..seam._handlers import provide
+from ..seam.dtensor import DTensorSpec, OpSpec, redistribute_local_tensor
+from ..seam.tracing import last_node, nodes_after, rename_node, tree_flatten
 from ..table import default_table
-
-if TYPE_CHECKING:
-    from torch.distributed.tensor._dtensor_spec import DTensorSpec
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ApplyRecord", "EdgeRecord", "PlannedRedistribute", "apc_redistribute", "install"]
+__all__ = ["ApplyRecord", "EdgeRecord", "PlannedRedistribute", "apc_redistribute"]
 
 NODE_TAG = "apc_node"  # meta["custom"] key: the joint-graph node a parallel-graph node came from
 MATERIALIZED_PREFIX = "all."  # constraint name of a materialize="all" node: all.redistribute_000
@@ -73,8 +73,6 @@ def op_family(target: Any) -> str | None:
 
 def apc_redistribute(local: torch.Tensor, source: DTensorSpec, target: DTensorSpec) -> torch.Tensor:
     """Move a local shard from ``source`` to ``target`` placements with DTensor's own machinery."""
-    from torch.distributed.tensor._redistribute import redistribute_local_tensor
-
     if source.placements == target.placements and source.shard_order == target.shard_order:
         return local
     return redistribute_local_tensor(local, source, target)
@@ -148,8 +146,6 @@ def materialize(
     The graph and the caller's placement dict are restored on exit, so ``autop.gm`` stays the
     traced joint graph the plan refers to.
     """
-    from torch.distributed.tensor._op_schema import OpSpec
-
     effective = dict(placement)
     inserted: list[tuple[torch.fx.Node, torch.fx.Node, tuple[int, int | None], torch.fx.Node]] = []
     by_name = {n.name: n for n in gm.graph.nodes}
@@ -211,48 +207,32 @@ def _traced_graph() -> torch.fx.Graph | None:
     return None if mode is None else mode.tracer.graph
 
 
-def _nodes_after(graph: torch.fx.Graph, last: torch.fx.Node | None) -> list[torch.fx.Node]:
-    """The nodes traced after ``last`` (all of them for None), walked from it, not from the top."""
-    out = []
-    node = graph._root.next if last is None else last.next
-    while node is not graph._root:
-        out.append(node)
-        node = node.next
-    return out
-
-
 _REDISTRIBUTED: contextvars.ContextVar[list[torch.fx.Node] | None] = contextvars.ContextVar(
     "apc_redistributed", default=None
 )
 
 
-def _wrap_run_node(original: Any) -> Any:
+def _run_node(call: Any, interp: Any, n: torch.fx.Node) -> Any:
     """Tag the ops a local_map region's body traces into the parallel graph with
     ``meta["custom"][REGION] = <its joint node>`` (the redistributions into its inputs excluded), so
     the verifier can read the region by the placements its user declared. The body runs in a
     nested interpreter that sets each body node's own meta, so the tag cannot ride on the current
     meta as the plugin's redistribution tags do: the nodes are found by position instead."""
-
-    @functools.wraps(original)
-    def run_node(self: Any, n: torch.fx.Node) -> Any:
-        graph = _traced_graph() if is_local_map_region(n) else None
-        if graph is None:
-            return original(self, n)
-        last = graph._root.prev if graph._root.prev is not graph._root else None
-        redistributed: list[torch.fx.Node] = []
-        token = _REDISTRIBUTED.set(redistributed)
-        try:
-            result = original(self, n)
-        finally:
-            _REDISTRIBUTED.reset(token)
-        skip = set(redistributed)
-        for node in _nodes_after(graph, last):
-            if node not in skip and node.op == "call_function":
-                node.meta["custom"] = {**(node.meta.get("custom") or {}), REGION: n.name}
-        return result
-
-    run_node.__apc_wrapped__ = True  # type: ignore[attr-defined]
-    return run_node
+    graph = _traced_graph() if is_local_map_region(n) else None
+    if graph is None:
+        return call(interp, n)
+    last = last_node(graph)
+    redistributed: list[torch.fx.Node] = []
+    token = _REDISTRIBUTED.set(redistributed)
+    try:
+        result = call(interp, n)
+    finally:
+        _REDISTRIBUTED.reset(token)
+    skip = set(redistributed)
+    for node in list(nodes_after(graph, last)):
+        if node not in skip and node.op == "call_function":
+            node.meta["custom"] = {**(node.meta.get("custom") or {}), REGION: n.name}
+    return result
 
 
 def name_redistribute_nodes(
@@ -276,7 +256,7 @@ def name_redistribute_nodes(
         if i < len(tails):
             tail = tails[i]
             stem = "apc_" + plan.constraint.replace(".", "_")
-            tail._rename(stem if i == 0 else f"{stem}_{i}")
+            rename_node(tail, stem if i == 0 else f"{stem}_{i}")
             parallel_name = tail.name
         named.append(
             PlannedRedistribute(
@@ -299,49 +279,45 @@ def name_redistribute_nodes(
 # Recording the interpreter's edges
 
 
-def _wrap_redistribute_tensor(original: Any) -> Any:
-    @functools.wraps(original)
-    def redistribute_tensor(self: Any, arg: Any, curr_spec: Any, tgt_spec: Any, node: torch.fx.Node) -> Any:
-        collected = _REDISTRIBUTED.get()
-        graph = _traced_graph() if collected is not None else None
-        if graph is None:
-            return _redistribute(self, arg, curr_spec, tgt_spec, node)
-        last = graph._root.prev if graph._root.prev is not graph._root else None
-        out = _redistribute(self, arg, curr_spec, tgt_spec, node)
-        collected.extend(_nodes_after(graph, last))  # a redistribution into a region is not in it
-        return out
+def _redistribute_tensor(call: Any, interp: Any, arg: Any, curr_spec: Any, tgt_spec: Any, node: torch.fx.Node) -> Any:
+    collected = _REDISTRIBUTED.get()
+    graph = _traced_graph() if collected is not None else None
+    if graph is None:
+        return _redistribute(call, interp, arg, curr_spec, tgt_spec, node)
+    last = last_node(graph)
+    out = _redistribute(call, interp, arg, curr_spec, tgt_spec, node)
+    collected.extend(nodes_after(graph, last))  # a redistribution into a region is not in it
+    return out
 
-    def _redistribute(self: Any, arg: Any, curr_spec: Any, tgt_spec: Any, node: torch.fx.Node) -> Any:
-        record = _RECORD.get()
-        if record is None:
-            return original(self, arg, curr_spec, tgt_spec, node)
-        index, producer = _edge_position(record, self, node, tgt_spec)
-        if record.materialize_all and node.target is not apc_redistribute:
-            out, executed_target = _explicit_edge(record, self, arg, curr_spec, tgt_spec, node, index)
-        else:
-            executed: list[Any] = []
-            token = _EXECUTED.set(executed)
-            try:
-                out = original(self, arg, curr_spec, tgt_spec, node)
-            finally:
-                _EXECUTED.reset(token)
-            executed_target = executed[-1] if executed else curr_spec
-        shape = tuple(_same_on_every_rank(d) for d in out.shape) if isinstance(out, torch.Tensor) else None
-        record.edges.append(
-            EdgeRecord(
-                consumer=node.name,
-                producer=producer,
-                arg_index=index,
-                planned_source=curr_spec,
-                planned_target=tgt_spec,
-                executed_target=executed_target,
-                local_shape=shape,
-            )
+
+def _redistribute(call: Any, interp: Any, arg: Any, curr_spec: Any, tgt_spec: Any, node: torch.fx.Node) -> Any:
+    record = _RECORD.get()
+    if record is None:
+        return call(interp, arg, curr_spec, tgt_spec, node)
+    index, producer = _edge_position(record, interp, node, tgt_spec)
+    if record.materialize_all and node.target is not apc_redistribute:
+        out, executed_target = _explicit_edge(record, interp, arg, curr_spec, tgt_spec, node, index)
+    else:
+        executed: list[Any] = []
+        token = _EXECUTED.set(executed)
+        try:
+            out = call(interp, arg, curr_spec, tgt_spec, node)
+        finally:
+            _EXECUTED.reset(token)
+        executed_target = executed[-1] if executed else curr_spec
+    shape = tuple(_same_on_every_rank(d) for d in out.shape) if isinstance(out, torch.Tensor) else None
+    record.edges.append(
+        EdgeRecord(
+            consumer=node.name,
+            producer=producer,
+            arg_index=index,
+            planned_source=curr_spec,
+            planned_target=tgt_spec,
+            executed_target=executed_target,
+            local_shape=shape,
         )
-        return out
-
-    redistribute_tensor.__apc_wrapped__ = True  # type: ignore[attr-defined]
-    return redistribute_tensor
+    )
+    return out
 
 
 def _same_on_every_rank(size: Any, most: int = 4096) -> int:
@@ -376,16 +352,11 @@ def _same_on_every_rank(size: Any, most: int = 4096) -> int:
 _EXECUTED: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar("apc_executed", default=None)
 
 
-def _wrap_ordered_redistribute(original: Any) -> Any:
-    @functools.wraps(original)
-    def ordered_redistribute_local_tensor(arg: Any, curr_spec: Any, tgt_spec: Any, *args: Any, **kwargs: Any) -> Any:
-        sink = _EXECUTED.get()
-        if sink is not None:
-            sink.append(tgt_spec)
-        return original(arg, curr_spec, tgt_spec, *args, **kwargs)
-
-    ordered_redistribute_local_tensor.__apc_wrapped__ = True  # type: ignore[attr-defined]
-    return ordered_redistribute_local_tensor
+def _ordered_redistribute(call: Any, arg: Any, curr_spec: Any, tgt_spec: Any, *args: Any, **kwargs: Any) -> Any:
+    sink = _EXECUTED.get()
+    if sink is not None:
+        sink.append(tgt_spec)
+    return call(arg, curr_spec, tgt_spec, *args, **kwargs)
 
 
 def _edge_position(record: ApplyRecord, interp: Any, node: torch.fx.Node, tgt_spec: Any) -> tuple[int, str]:
@@ -430,9 +401,8 @@ def _explicit_edge(
     layouts); Partial targets stay Partial, unlike the interpreter at the pin (PR #517).
     """
     from autoparallel.cost_models.collective_runtime_estimation import estimate_strategy_comms_cost
-    from torch.distributed.tensor._dtensor_spec import DTensorSpec
 
-    curr_order, tgt_order = interp._compute_origin_and_target_shard_order(node, curr_spec, tgt_spec)
+    curr_order, tgt_order = upstream.shard_orders(interp, node, curr_spec, tgt_spec)
     if curr_spec.placements == tgt_spec.placements and curr_order == tgt_order:
         return arg, tgt_spec
     source = DTensorSpec(curr_spec.mesh, curr_spec.placements, tensor_meta=curr_spec.tensor_meta, shard_order=curr_order)
@@ -482,40 +452,35 @@ def _note_broken_sizes(exc: BaseException, record: ApplyRecord, mesh_shape: tupl
     logger.warning("apply failed on a plan that breaks %d size coupling(s)", len(broken))
 
 
-def _wrap_apply_placement_common(original: Any) -> Any:
-    @functools.wraps(original)
-    def _apply_placement_common(self: Any, sharding_placement: dict[torch.fx.Node, Any]) -> Any:
-        state = get_state(self)
-        record = ApplyRecord(
-            placement=dict(sharding_placement),
-            materialize_all=state is not None and state.materialize == "all",
-        )
-        record.size_couplings = find_size_couplings(
-            self.gm.graph, lambda n: n in sharding_placement, tuple(self.mesh.shape), dynamic=is_dynamic(self.gm)
-        )
-        planned = state.planned_redistributes(sharding_placement) if state is not None else []
-        table_ops = {row.op for row in (state.table if state is not None else default_table())}
-        token = _RECORD.set(record)
-        try:
-            with tag_nodes(self.gm, table_ops), materialize(self.gm, sharding_placement, planned) as effective:
-                record.effective = effective
-                result = original(self, effective)
-        except Exception as exc:
-            _note_broken_sizes(exc, record, tuple(self.mesh.shape), plugin_sizes=bool(state and state.added.size_couplings))
-            raise
-        finally:
-            _RECORD.reset(token)
-        record.parallel_gm = self.parallel_gm
-        record.redistributes = name_redistribute_nodes(self.parallel_gm, [*planned, *record.materialized])
-        self._apc_apply_record = record
-        for plan in record.redistributes:
-            logger.info("apc: materialized %s", plan.describe())
-        if state is not None and state.verify != "off":
-            _verify_applied(self, record, state.verify, state.materialize)
-        return result
-
-    _apply_placement_common.__apc_wrapped__ = True  # type: ignore[attr-defined]
-    return _apply_placement_common
+def _apply_placement_common(call: Any, autop: Any, sharding_placement: dict[torch.fx.Node, Any]) -> Any:
+    state = get_state(autop)
+    record = ApplyRecord(
+        placement=dict(sharding_placement),
+        materialize_all=state is not None and state.materialize == "all",
+    )
+    record.size_couplings = find_size_couplings(
+        autop.gm.graph, lambda n: n in sharding_placement, tuple(autop.mesh.shape), dynamic=is_dynamic(autop.gm)
+    )
+    planned = state.planned_redistributes(sharding_placement) if state is not None else []
+    table_ops = {row.op for row in (state.table if state is not None else default_table())}
+    token = _RECORD.set(record)
+    try:
+        with tag_nodes(autop.gm, table_ops), materialize(autop.gm, sharding_placement, planned) as effective:
+            record.effective = effective
+            result = call(autop, effective)
+    except Exception as exc:
+        _note_broken_sizes(exc, record, tuple(autop.mesh.shape), plugin_sizes=bool(state and state.added.size_couplings))
+        raise
+    finally:
+        _RECORD.reset(token)
+    record.parallel_gm = autop.parallel_gm
+    record.redistributes = name_redistribute_nodes(autop.parallel_gm, [*planned, *record.materialized])
+    upstream.put(autop, "apply_record", record)
+    for plan in record.redistributes:
+        logger.info("apc: materialized %s", plan.describe())
+    if state is not None and state.verify != "off":
+        _verify_applied(autop, record, state.verify, state.materialize)
+    return result
 
 
 def _verify_applied(autop: Any, record: ApplyRecord, mode: str, materialize: str) -> None:
@@ -533,19 +498,9 @@ def _verify_applied(autop: Any, record: ApplyRecord, mode: str, materialize: str
     warnings.warn(str(VerificationError(report, materialize=materialize)), VerificationWarning, stacklevel=3)
 
 
-def install() -> None:
-    """Wrap autoparallel's apply entry point and interpreter, once per process (idempotent)."""
-    from autoparallel import apply_sharding
-    from autoparallel.api import AutoParallel
-
-    if not getattr(AutoParallel._apply_placement_common, "__apc_wrapped__", False):
-        AutoParallel._apply_placement_common = _wrap_apply_placement_common(AutoParallel._apply_placement_common)
-    interp = apply_sharding.ApplyShardingInterpreter
-    if not getattr(interp.run_node, "__apc_wrapped__", False):
-        interp.run_node = _wrap_run_node(interp.run_node)
-    if not getattr(interp.redistribute_tensor, "__apc_wrapped__", False):
-        interp.redistribute_tensor = _wrap_redistribute_tensor(interp.redistribute_tensor)
-    if not getattr(apply_sharding.ordered_redistribute_local_tensor, "__apc_wrapped__", False):
-        apply_sharding.ordered_redistribute_local_tensor = _wrap_ordered_redistribute(
-            apply_sharding.ordered_redistribute_local_tensor
-        )
+provide("apply", ApplyHandlers(
+    apply_placement_common=_apply_placement_common,
+    run_node=_run_node,
+    redistribute_tensor=_redistribute_tensor,
+    ordered_redistribute=_ordered_redistribute,
+))

@@ -1,8 +1,10 @@
-"""Checks that the importable ``autoparallel`` is meta-pytorch/autoparallel with the internals we use.
+"""Checks that the importable ``autoparallel`` is meta-pytorch/autoparallel.
 
 The PyPI name ``autoparallel`` belongs to an unrelated project (a joblib decorator), so importing
-"something called autoparallel" proves nothing: we look for the modules and attributes the plugin
-relies on and fail with an install hint naming the pinned commit.
+"something called autoparallel" proves nothing: we look for its two public classes and fail with an
+install hint naming the pinned commit. Every internal the package attaches to or reads is the
+seam's to check (``seam/``): each shim's targets at its install, each read where it is made, each
+failing with the shim's name and what stops working.
 """
 
 from __future__ import annotations
@@ -14,19 +16,10 @@ from ..errors import INSTALL_HINT, PIN_COMMIT, AutoParallelMissingError
 
 logger = logging.getLogger(__name__)
 
-# (module, attribute) pairs this package touches. Kept as data so the error can say which is missing.
+# What tells meta-pytorch/autoparallel from a namesake. Kept as data so the error can say which is missing.
 REQUIRED_INTERNALS: tuple[tuple[str, str], ...] = (
     ("autoparallel.api", "AutoParallel"),
-    ("autoparallel.api", "AutoParallel._apply_placement_common"),
     ("autoparallel.optimize_sharding", "ShardingOptimizer"),
-    ("autoparallel.optimize_sharding", "ShardingOptimizer._set_objective"),
-    ("autoparallel.optimize_sharding", "ShardingOptimizer._add_node_constraint"),
-    ("autoparallel.optimize_sharding", "get_placement_options_for_node"),
-    ("autoparallel.apply_sharding", "ApplyShardingInterpreter.redistribute_tensor"),
-    ("autoparallel.shardings.placement_options", "reset_placement_options_cache"),
-    ("autoparallel.shardings.placement_options", "get_local_map_placement_option"),  # torch 2.14+'s trace
-    ("autoparallel.shardings.propagation_rules", "propagate_shape_and_sharding"),  # the view skip
-    ("autoparallel.cost_models.collective_runtime_estimation", "estimate_strategy_comms_cost"),
 )
 
 

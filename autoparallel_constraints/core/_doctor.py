@@ -33,6 +33,7 @@ import warnings
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from ..errors import INSTALL_HINT, PIN_COMMIT, UntestedVersionWarning
 
@@ -328,19 +329,47 @@ def warn_if_untested() -> None:
         )
 
 
+def format_seam() -> str:
+    """The seam's table on the autoparallel installed: one line per shim, its state (attached,
+    attaches on use, not needed: upstream fixed, target missing, ...), what it changes and what
+    upstream change retires it."""
+    from ..seam import status
+
+    rows = status()
+    name_w = max(len(r.name) for r in rows)
+    state_w = max(len(r.state) for r in rows)
+    brief_w = max(len(r.brief) for r in rows)
+    lines = [f"{'shim':<{name_w}}  {'state':<{state_w}}  {'what it changes':<{brief_w}}  retired by"]
+    lines += [f"{r.name:<{name_w}}  {r.state:<{state_w}}  {r.brief:<{brief_w}}  {r.retired_by}" for r in rows]
+    missing = [r.name for r in rows if r.state == "target missing"]
+    if missing:
+        lines.append(f"target missing: {', '.join(missing)} (autoparallel or torch moved what they attach to)")
+    return "\n".join(lines)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.write_constraints:
         path = constraints_path()
         path.write_text(freeze())
         print(f"wrote {path}")
         return 0
+    if getattr(args, "seam_md", False):
+        from ..seam._docs import seam_markdown
+
+        print(seam_markdown(), end="")
+        return 0
     lines = checks()
     print(format_checks(lines))
+    if any(c.name == "autoparallel" and c.status != "missing" for c in lines):
+        print("\nThe seam to autoparallel, torch and PuLP (docs/seam.md):")
+        print(format_seam())
     return 1 if any(c.status == "missing" for c in lines) else 0
 
 
-def add_subcommand(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("doctor", help="installed versions against the tested ones, with fixes")
+def add_subcommand(sub: Any) -> None:
+    parser = sub.add_parser("doctor", help="installed versions against the tested ones, with fixes; the seam's shims")
     parser.add_argument("--write-constraints", action="store_true",
                         help="pin the installed versions in the package's constraints.txt")
+    parser.add_argument("--seam-md", action="store_true",
+                        help="print docs/seam.md, the seam's table, generated from its declarations")
     parser.set_defaults(func=run)

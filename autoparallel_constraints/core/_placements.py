@@ -9,17 +9,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from torch.distributed.tensor.placement_types import Partial, Placement, Replicate, Shard, _StridedShard
+from torch.distributed.tensor.placement_types import Partial, Placement, Replicate, Shard
+
+from ..seam.dtensor import StridedShard
 
 if TYPE_CHECKING:
-    from torch.distributed.tensor._dtensor_spec import DTensorSpec
+    from ..seam.dtensor import DTensorSpec
 
 __all__ = ["fmt_placement", "fmt_placements", "fmt_spec", "local_shape"]
 
 
 def fmt_placement(p: Placement) -> str:
     """``S(d)``, ``R``, ``P(op)`` or ``SS(d,split)`` for a strided shard."""
-    if isinstance(p, _StridedShard):  # not a Shard subclass in torch 2.13
+    if isinstance(p, StridedShard):  # not a Shard subclass in torch 2.13
         return f"SS({p.dim},{p.split_factor})"
     if isinstance(p, Shard):
         return f"S({p.dim})"
@@ -51,7 +53,7 @@ def local_shape(spec: DTensorSpec | None) -> tuple[int, ...] | None:
     """The shape of rank 0's shard under ``spec`` (torch.chunk semantics), or None without meta."""
     if spec is None or spec.tensor_meta is None:
         return None
-    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+    from ..seam.dtensor import compute_local_shape_and_global_offset
 
     # The fake process group's rank is 0, so this is the first rank's shard.
     shape, _ = compute_local_shape_and_global_offset(

@@ -19,8 +19,8 @@ from ..errors import InvalidOptionError
 if TYPE_CHECKING:
     import pulp
     from autoparallel.optimize_sharding import ShardingOptimizer
-    from torch.distributed.tensor._dtensor_spec import DTensorSpec
 
+    from ..seam.dtensor import DTensorSpec
     from ._sites import Site
 
 logger = logging.getLogger(__name__)

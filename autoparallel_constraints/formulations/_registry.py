@@ -95,7 +95,8 @@ def load_formulation(path: str) -> type[Formulation]:
     cls = getattr(module, attr, None)
     if cls is None:
         found = sorted(
-            n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, Formulation) and v is not Formulation
+            n for n in dir(module)
+            if isinstance(v := getattr(module, n), type) and issubclass(v, Formulation) and v is not Formulation
         )
         close = difflib.get_close_matches(attr, found, n=3)
         hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..seam import autop as upstream
 from ..table import Binding, CheckMemo, Mismatch, OpRule, bind
 
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ def find_sites(
     sites: list[Site] = []
     # the rows' nodes from FX's index by (op, target), in graph order: no pass over every node
     rule_of = {n: rule for op, rule in by_op.items() for n in opt.graph.find_nodes(op="call_function", target=op, sort=False)}
-    strats, node_map, to_orig = opt.strats, opt.node_map, opt._concrete_to_orig
+    strats, node_map, to_orig = opt.strats, opt.node_map, upstream.concrete_to_orig(opt)
     for node in sorted(rule_of):
         rule = rule_of[node]
         if node not in strats:
@@ -133,7 +134,7 @@ def strategy_indicator(opt: ShardingOptimizer, node_idx: int, out_idx: int) -> l
     node = opt.nodes[node_idx]
     strategy = opt.strats[node].strategies[out_idx]
     n_inputs = len(strategy.redistribute_cost[0])
-    return [opt._get_pulp_variable((node_idx, 0, out_idx, j)) for j in range(n_inputs)]
+    return [upstream.pulp_variable(opt, (node_idx, 0, out_idx, j)) for j in range(n_inputs)]
 
 
 def node_roots(opt: ShardingOptimizer) -> dict[int, int]:
@@ -173,7 +174,7 @@ class ClusterLayout:
     def __init__(self, opt: ShardingOptimizer) -> None:
         self._links = opt.cluster_links
         self._n = len(opt.nodes)
-        linked = getattr(opt, "_cluster_linked_node_idxs", None)
+        linked = upstream.cluster_linked_node_idxs(opt)
         if not isinstance(linked, (set, frozenset)):
             get = self._links.get
             linked = {i for i in range(self._n) if get((i, 0, 0, 0)) is not None} if self._links else set()
@@ -226,21 +227,21 @@ class ClusterLayout:
 def cluster_layout(opt: ShardingOptimizer) -> ClusterLayout:
     """The optimizer's :class:`ClusterLayout`, cached on it while ``cluster_links`` keeps its size."""
     links = opt.cluster_links
-    cached = getattr(opt, "_apc_node_roots", None)
+    cached = upstream.get(opt, "node_roots")
     if cached is not None and cached[0] == len(links):
         return cached[1]
     layout = ClusterLayout(opt)
-    opt._apc_node_roots = (len(links), layout)
+    upstream.put(opt, "node_roots", (len(links), layout))
     return layout
 
 
 def twin_count(opt: ShardingOptimizer, root_idx: int) -> int:
     """How many linked nodes share ``root_idx``'s variables (repeated layers)."""
     roots = node_roots(opt)
-    counts = getattr(opt, "_apc_twin_counts", None)
+    counts = upstream.get(opt, "twin_counts")
     if counts is None or counts[0] is not roots:
         counts = (roots, collections.Counter(roots.values()))
-        opt._apc_twin_counts = counts
+        upstream.put(opt, "twin_counts", counts)
     return counts[1][root_idx]
 
 

@@ -2,16 +2,19 @@
 mesh-safe strategy cache.
 
 autoparallel was written for GPUs. On a CPU-only machine three things need help, and all three are
-opt-in here, never switched on by importing the library:
+opt-in here, never switched on by importing the library (the changes to torch and autoparallel
+are the seam's shims ``device_name``, ``mesh_strategy_cache`` and ``mesh_comm_cost_cache``):
 
 * the cost model asks ``torch.get_device_module().get_device_name()`` for a GPU name to look up
   FLOP and bandwidth limits; ``torch.cpu`` has no such function, so :func:`device_name` answers
   with a known GPU ("H100" by default) while it is active;
 * a world of N ranks needs a process group: :func:`init_fake_process_group` starts torch's
   ``"fake"`` backend, which accepts every collective without running it;
-* autoparallel's placement-option cache is keyed without the mesh, so a second ``AutoParallel`` on a
-  different mesh in the same process would reuse the first mesh's strategies;
-  :func:`fresh_strategy_cache` clears it on entry and exit.
+* autoparallel's placement-option and comm-cost caches are keyed without the mesh, so a second
+  ``AutoParallel`` on a different mesh in the same process would reuse the first mesh's strategies
+  and costs: :func:`cpu_mesh` attaches the seam's guards that clear them when the mesh changes
+  (where upstream has not fixed the key), and :func:`fresh_strategy_cache` clears them on entry
+  and exit.
 """
 
 from __future__ import annotations
@@ -23,6 +26,11 @@ from collections.abc import Iterator, Sequence
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+
+from ..seam import attach_for_use
+from ..seam._caches import clear_strategy_caches
+from ..seam._harness import device_name as answering_device_name
+from ..seam.dtensor import fake_store
 
 logger = logging.getLogger(__name__)
 
@@ -46,8 +54,6 @@ def init_fake_process_group(world_size: int = DEFAULT_FAKE_WORLD_SIZE) -> None:
     If a process group already exists it is kept; a smaller existing world than requested is an
     error because meshes larger than the world cannot be built.
     """
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
     if dist.is_initialized():
         current = dist.get_world_size()
         if current < world_size:
@@ -56,14 +62,16 @@ def init_fake_process_group(world_size: int = DEFAULT_FAKE_WORLD_SIZE) -> None:
                 f"{world_size} ranks were asked for. Destroy it first or ask for fewer."
             )
         return
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+    dist.init_process_group("fake", store=fake_store(), rank=0, world_size=world_size)
 
 
 def cpu_mesh(shape: Sequence[int], names: Sequence[str] | None = None) -> DeviceMesh:
     """A ``"cpu"`` :class:`DeviceMesh` of ``shape`` over the fake process group.
 
-    ``names`` defaults to ``("dim0", "dim1", ...)``, the seed's naming.
+    ``names`` defaults to ``("dim0", "dim1", ...)``, the seed's naming. Attaches the seam's
+    mesh-cache guards: a test process builds many meshes.
     """
+    attach_for_use()
     shape = tuple(int(s) for s in shape)
     world = 1
     for s in shape:
@@ -87,19 +95,10 @@ def device_name(name: str = DEFAULT_DEVICE_NAME) -> Iterator[None]:
     CPU there is no name to give, so the costs of a named GPU are used. The previous state is
     restored on exit. The module asked is ``torch.get_device_module()``, as in the cost model:
     ``torch.cpu`` on a CPU build, ``torch.cuda`` on a CUDA build running without a GPU (whose own
-    ``get_device_name`` would raise "Found no NVIDIA driver").
+    ``get_device_name`` would raise "Found no NVIDIA driver"). The seam's shim ``device_name``.
     """
-    module = torch.get_device_module()
-    had = hasattr(module, "get_device_name")
-    previous = getattr(module, "get_device_name", None)
-    module.get_device_name = lambda device=None: name  # type: ignore[attr-defined]
-    try:
+    with answering_device_name(name):
         yield
-    finally:
-        if had:
-            module.get_device_name = previous  # type: ignore[attr-defined]
-        else:
-            del module.get_device_name  # type: ignore[attr-defined]
 
 
 def reset_strategy_cache() -> None:
@@ -109,9 +108,7 @@ def reset_strategy_cache() -> None:
     wrong on another mesh with the same number of dims; and autoparallel writes tensor metadata in
     place on the specs the placement cache shares, so clear it between unrelated models too.
     """
-    from ..plan import _cache_guard
-
-    _cache_guard.clear()
+    clear_strategy_caches()
 
 
 @contextlib.contextmanager

@@ -36,19 +36,21 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Union
 
 import torch
-from torch.distributed.tensor._dtensor_spec import DTensorSpec
-from torch.distributed.tensor._op_schema import OpSpec, OpStrategy
-from torch.distributed.tensor._ops.utils import generate_redistribute_costs
 from torch.distributed.tensor.placement_types import Placement, Shard
-from torch.utils._pytree import tree_flatten
 
 from ..errors import InvalidOptionError, PluginStateError
+from ..seam import autop as upstream
+from ..seam._harness import offering
+from ..seam.dtensor import DTensorSpec, OpSpec, OpStrategy, generate_redistribute_costs
+from ..seam.tracing import compile_fx_inner, tracing_context, tree_flatten
+from ..seam.tracing import inductor_config as inductor_config_module
 
 if TYPE_CHECKING:
     from autoparallel.api import AutoParallel
     from autoparallel.optimize_sharding import ShardingOptimizer
     from torch import fx
-    from torch._ops import OpOverload
+
+    from ..seam.tracing import OpOverload
 
 logger = logging.getLogger(__name__)
 
@@ -123,46 +125,33 @@ def offer_strategy(
     never touched: a matching node receives a fresh :class:`OpStrategy` with copied
     :class:`OpSpec` wrappers. On exit the lookup autoparallel's optimizer uses is restored.
     """
-    import autoparallel.optimize_sharding as optimize_sharding
-
     input_placements = _check_input_request(op, input_placements)
     output_placements = _check_output_request(op, output_placements)
-    previous = optimize_sharding.get_placement_options_for_node
     offered: list[OfferedStrategy] = []
 
-    def get_placement_options_with_offer(mesh, node, specs, user_args, user_kwargs):
-        op_strategy = previous(mesh, node, specs, user_args, user_kwargs)
-        if node.target != op or (where is not None and not where(node)):
-            return op_strategy
-        extra = _build_offered_spec(
-            node, mesh, specs, op_strategy, input_placements, output_placements
-        )
-        with_extra = _copy_op_strategy(op_strategy)
-        with_extra.strategies.append(extra)
-        offered.append(
-            OfferedStrategy(
-                node_name=node.name,
-                strategy_index=len(with_extra.strategies) - 1,
-                spec=extra,
-                redistribute_cost=tuple(tuple(row) for row in extra.redistribute_cost),
+    def with_offer(previous: Callable[..., Any]) -> Callable[..., Any]:
+        def get_placement_options_with_offer(mesh, node, specs, user_args, user_kwargs):
+            op_strategy = previous(mesh, node, specs, user_args, user_kwargs)
+            if node.target != op or (where is not None and not where(node)):
+                return op_strategy
+            extra = _build_offered_spec(node, mesh, specs, op_strategy, input_placements, output_placements)
+            with_extra = _copy_op_strategy(op_strategy)
+            with_extra.strategies.append(extra)
+            offered.append(
+                OfferedStrategy(
+                    node_name=node.name,
+                    strategy_index=len(with_extra.strategies) - 1,
+                    spec=extra,
+                    redistribute_cost=tuple(tuple(row) for row in extra.redistribute_cost),
+                )
             )
-        )
-        logger.debug("offered %s to %s at index %d", extra, node.name, offered[-1].strategy_index)
-        return with_extra
+            logger.debug("offered %s to %s at index %d", extra, node.name, offered[-1].strategy_index)
+            return with_extra
 
-    optimize_sharding.get_placement_options_for_node = get_placement_options_with_offer
-    try:
+        return get_placement_options_with_offer
+
+    with offering(with_offer):
         yield offered
-    finally:
-        current = optimize_sharding.get_placement_options_for_node
-        if current is not get_placement_options_with_offer:
-            logger.warning(
-                "offer_strategy(%s): the placement-option lookup was replaced by someone else while "
-                "active (%r); restoring the one found on entry anyway",
-                op,
-                current,
-            )
-        optimize_sharding.get_placement_options_for_node = previous
 
 
 def _is_placement_tuple(value: object) -> bool:
@@ -337,7 +326,7 @@ def _optimizer(autop: AutoParallel) -> ShardingOptimizer:
 
 
 def _optimizer_node(optimizer: ShardingOptimizer, node: fx.Node) -> fx.Node:
-    node = optimizer._normalize_node(node)
+    node = upstream.normalize_node(optimizer, node)
     if node not in optimizer.strats or node.op == "output":
         raise InvalidOptionError(
             f"node {node.name} ({node.target}) has no strategies in the sharding optimizer"
@@ -411,12 +400,7 @@ def pin_strategy(
             f"pin_strategy: node {node.name} has {count} strategies; strategy_index must be an "
             f"int in [0, {count}), got {strategy_index!r}"
         )
-    names = optimizer._add_node_constraint(
-        node, output_constraint_indices=[strategy_index], constraint_name=name
-    )
-    for constraint_name in names:
-        optimizer._node_constraint_names[constraint_name] = node.name
-    return list(names)
+    return upstream.add_node_constraint(optimizer, node, strategy_index, name)
 
 
 def chosen_strategy(autop: AutoParallel, node: fx.Node, solution: dict | None = None) -> OpSpec:
@@ -427,8 +411,8 @@ def chosen_strategy(autop: AutoParallel, node: fx.Node, solution: dict | None = 
         solution = getattr(autop, "sharding_placement", None)
         if solution is None:
             raise PluginStateError("no solution yet; call autop.optimize_placement() first")
-    concrete = optimizer._normalize_node(node)
-    original = optimizer._concrete_to_orig.get(concrete, concrete)
+    concrete = upstream.normalize_node(optimizer, node)
+    original = upstream.concrete_to_orig(optimizer).get(concrete, concrete)
     if original not in solution:
         raise InvalidOptionError(f"node {node.name} ({node.target}) has no entry in the solution")
     return solution[original]
@@ -468,10 +452,7 @@ def lower_with_inductor(autop: AutoParallel) -> None:
     are off, so every call really lowers (compiled C++ kernels may still come from Inductor's
     on-disk code cache, which makes a second successful lowering faster).
     """
-    from torch._guards import TracingContext, tracing
-    from torch._inductor import config as inductor_config
-    from torch._inductor.compile_fx import compile_fx_inner
-
+    inductor_config = inductor_config_module()
     parallel_gm = getattr(autop, "parallel_gm", None)
     if parallel_gm is None:
         raise PluginStateError(
@@ -482,7 +463,7 @@ def lower_with_inductor(autop: AutoParallel) -> None:
     scoped_config = {"fx_graph_cache": False, "fx_graph_remote_cache": False}
     with (
         inductor_config.patch(scoped_config),
-        tracing(TracingContext(autop.fake_mode)),
+        tracing_context(autop.fake_mode),
         autop.fake_mode,
     ):
         compile_fx_inner(gm, example_inputs)

@@ -36,12 +36,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
-import torch.utils._pytree as pytree
 from torch import Tensor, nn
 from torch.distributed.tensor.placement_types import Replicate, Shard
 
 from ..core._placements import fmt_placements
 from ..errors import ConstraintsError, InvalidOptionError, VerificationError
+from ..seam.tracing import pytree
 from ._cpu import cpu_mesh, device_name
 from ._parallel import (
     ParallelRun,
@@ -77,7 +77,7 @@ class NumericsReport:
     A run that raised (constraints, solver, apply, a shape mismatch while running the graph) is
     reported, not re-raised: ``error`` is ``"<stage>: <exception type>: <first line>"`` and
     ``details`` the traceback. ``physical`` maps every primal, output and gradient name to the
-    placements it was sharded or gathered by (``_StridedShard`` where autoparallel reverses the
+    placements it was sharded or gathered by (``StridedShard`` where autoparallel reverses the
     shard order); ``collectives`` counts the collective ops of the parallel graph.
     """
 

@@ -23,11 +23,11 @@ What the harness works around (torch 2.13, autoparallel a54c252):
   which LocalTensorMode runs per rank.
 * **Uneven placeholders.** autoparallel's ``_make_local_args`` shards the example inputs with
   DTensor; under compile_on_one_rank an uneven shard's size becomes a function of the symbolic
-  coordinate and symbolic-shape creation rejects it. :func:`_example_inputs_on_tracing_rank`
+  coordinate and symbolic-shape creation rejects it. :func:`~autoparallel_constraints.seam._harness.example_inputs_on_tracing_rank`
   computes those example shards with the flag off (rank 0's sizes, which autoparallel already
   turns into fresh dynamic sizes); the graph itself is still traced with the flag on.
 * **Physical placements.** A parameter whose shard order autoparallel reverses
-  (``compute_optimal_placement_order_for_parameters``) is laid out as ``_StridedShard`` and so is
+  (``compute_optimal_placement_order_for_parameters``) is laid out as ``StridedShard`` and so is
   its gradient: primals are sharded and gradients gathered by these physical placements.
 * **torch.chunk semantics.** Sharding and gathering are DTensor's own (``redistribute`` from
   Replicate, ``full_tensor``) under LocalTensorMode, so uneven and strided shards match what the
@@ -44,19 +44,27 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.utils._pytree as pytree
 from torch import Tensor, nn
-from torch.distributed._local_tensor import LocalTensor, LocalTensorMode
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.placement_types import Placement, Replicate
 
 from ..errors import InvalidOptionError
+from ..seam import autop as upstream
+from ..seam._harness import example_inputs_on_tracing_rank, rank_aware_all_to_all
+from ..seam.dtensor import (
+    LocalTensor,
+    LocalTensorMode,
+    local_ints,
+    local_tensor_takes_process_groups,
+    local_tensors,
+)
+from ..seam.tracing import OpOverload, aot_descriptors, pytree, schema_of
 
 if TYPE_CHECKING:
     from autoparallel.api import AutoParallel
     from torch.distributed.device_mesh import DeviceMesh
-    from torch.distributed.tensor._dtensor_spec import DTensorSpec
-    from torch.distributed.tensor._op_schema import OpSpec
+
+    from ..seam.dtensor import DTensorSpec, OpSpec
 
 
 logger = logging.getLogger(__name__)
@@ -89,7 +97,7 @@ class ParallelRun:
 
     Names follow :class:`TensorCheck` for outputs and gradients and :class:`ShardPerturbation`
     for primals. ``physical`` holds the placements each primal was sharded by and each output
-    gathered by (``_StridedShard`` where autoparallel reverses the shard order).
+    gathered by (``StridedShard`` where autoparallel reverses the shard order).
     """
 
     gathered: Mapping[str, Mapping[int, Tensor]]
@@ -101,69 +109,6 @@ class ParallelRun:
 # --------------------------------------------------------------------------------------------
 
 
-def _shard_dim_alltoall_collective(
-    input: Tensor, gather_dim: int, shard_dim: int, mesh: DeviceMesh, mesh_dim: int
-) -> Tensor:
-    """``shard_dim_alltoall`` without the CPU fallback: always the ``_dtensor`` collective op."""
-    import torch.distributed._functional_collectives as funcol
-
-    group = funcol._resolve_group((mesh, mesh_dim))
-    return torch.ops._dtensor.shard_dim_alltoall(input, gather_dim, shard_dim, funcol._group_or_group_name(group))
-
-
-@contextlib.contextmanager
-def rank_aware_all_to_all() -> Iterator[None]:
-    """While active, S(a) -> S(b) redistributions emit the ``_dtensor::shard_dim_alltoall`` op.
-
-    ``torch.distributed.tensor._collective_utils.shard_dim_alltoall`` (called by
-    ``Shard._to_new_shard_dim``) falls back on a ``"cpu"`` mesh to all_gather plus
-    ``chunks[mesh.get_local_rank(mesh_dim)]``; traced under compile_on_one_rank, that index is rank
-    0's Python int, so the graph hands rank 0's chunk to every rank. The collective op carries no
-    rank and LocalTensorMode runs it per rank. Both bindings of the function (its module's and the
-    one ``placement_types`` imported) are swapped and restored on exit.
-
-    Not covered: an *uneven* S(a) -> S(b), where ``_to_new_shard_dim`` also unpads with the
-    tracing rank's coordinate from ``mesh.get_coordinate()``.
-    """
-    import torch.distributed.tensor._collective_utils as collective_utils
-    import torch.distributed.tensor.placement_types as placement_types
-
-    saved = [(module, module.shard_dim_alltoall) for module in (collective_utils, placement_types)]
-    try:
-        for module, _ in saved:
-            module.shard_dim_alltoall = _shard_dim_alltoall_collective
-        yield
-    finally:
-        for module, original in saved:
-            module.shard_dim_alltoall = original
-
-
-@contextlib.contextmanager
-def _example_inputs_on_tracing_rank() -> Iterator[None]:
-    """Let autoparallel's ``_make_local_args`` shard the example inputs with compile_on_one_rank off.
-
-    Under compile_on_one_rank the size of an uneven shard is a function of the symbolic mesh
-    coordinate, which ``ShapeEnv`` refuses as a placeholder size ("Expect size to be a plain tuple
-    of ints"). With the flag off the example shard takes rank 0's size, which autoparallel then
-    replaces by a fresh dynamic size (``_has_rank_varying_size``). Only the example inputs are
-    affected; the graph is traced with the flag on. Restored on exit.
-    """
-    import torch.distributed.config as dist_config
-    from autoparallel import apply_sharding
-
-    original = apply_sharding._make_local_args
-
-    def make_local_args(*args: Any, **kwargs: Any) -> Any:
-        with dist_config.patch(compile_on_one_rank=False):
-            return original(*args, **kwargs)
-
-    apply_sharding._make_local_args = make_local_args
-    try:
-        yield
-    finally:
-        apply_sharding._make_local_args = original
-
-
 def apply_on_one_rank(
     autop: AutoParallel, placement: PlacementMap, *, all_to_all_per_rank: bool = True
 ) -> torch.fx.GraphModule:
@@ -171,7 +116,7 @@ def apply_on_one_rank(
 
     Calls ``AutoParallel._apply_placement_common`` (the step ``apply_placement`` starts with, and
     the one the plugin hooks), inside :func:`rank_aware_all_to_all` and
-    :func:`_example_inputs_on_tracing_rank`. ``autop`` must be entered and built with
+    :func:`~autoparallel_constraints.seam._harness.example_inputs_on_tracing_rank`. ``autop`` must be entered and built with
     ``dynamic=True``. ``all_to_all_per_rank=False`` keeps torch's CPU all_to_all fallback; it
     exists only to show what :func:`rank_aware_all_to_all` fixes.
     """
@@ -183,8 +128,8 @@ def apply_on_one_rank(
             "rank coordinates are baked into the graph and correct plans compare wrong."
         )
     routing = rank_aware_all_to_all() if all_to_all_per_rank else contextlib.nullcontext()
-    with routing, _example_inputs_on_tracing_rank(), dist_config.patch(compile_on_one_rank=True):
-        autop._apply_placement_common(placement)
+    with routing, example_inputs_on_tracing_rank(), dist_config.patch(compile_on_one_rank=True):
+        upstream.call_apply_placement_common(autop, placement)
     return autop.parallel_gm
 
 
@@ -193,9 +138,9 @@ def collective_counts(gm: torch.fx.GraphModule) -> dict[str, int]:
     all_to_all) ``gm`` calls, by op name."""
     counts: Counter[str] = Counter()
     for node in gm.graph.nodes:
-        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+        if node.op != "call_function" or not isinstance(node.target, OpOverload):
             continue
-        namespace, name = node.target.namespace, node.target._schema.name.split("::")[-1]
+        namespace, name = node.target.namespace, schema_of(node.target).name.split("::")[-1]
         if (namespace == "_c10d_functional" and name != "wait_tensor") or (
             namespace == "_dtensor" and name == "shard_dim_alltoall"
         ):
@@ -219,10 +164,7 @@ def _require_rank_aware_local_tensor(mesh: DeviceMesh, ranks: Sequence[int]) -> 
     the coordinate op in ``LocalTensorMode.__torch_dispatch__``). Without (b) every rank reads rank
     0's offsets and correct plans compare wrong, so it is probed on ``mesh`` rather than assumed.
     """
-    import torch.distributed._local_tensor._c10d as local_c10d
-    from torch.distributed._ops import device_mesh  # noqa: F401  (registers the coordinate op)
-
-    if not hasattr(local_c10d, "_resolve_pg_or_name"):
+    if not local_tensor_takes_process_groups():
         raise RuntimeError(
             "this torch's LocalTensor collectives do not accept the ProcessGroup objects that "
             "compile_on_one_rank graphs pass; the numerics harness needs torch >= 2.13."
@@ -234,7 +176,7 @@ def _require_rank_aware_local_tensor(mesh: DeviceMesh, ranks: Sequence[int]) -> 
         expected = {r: int((mesh_tensor == r).nonzero()[0][dim]) for r in ranks}
         with LocalTensorMode(frozenset(ranks)):
             got = torch.ops.device_mesh._runtime_compute_coordinate_on_dim(mesh_tensor.unsqueeze(0), dim)
-        per_rank = getattr(getattr(got, "node", None), "_local_ints", None)
+        per_rank = local_ints(got)
         if per_rank != expected:
             raise RuntimeError(
                 "LocalTensorMode does not answer device_mesh::_runtime_compute_coordinate_on_dim "
@@ -256,17 +198,17 @@ def _quiet_redistribute_warnings() -> Iterator[None]:
 
 
 def _reversed_physical(spec: DTensorSpec) -> Placements:
-    """``spec``'s placements with each tensor dim's mesh-dim order reversed, as ``_StridedShard``.
+    """``spec``'s placements with each tensor dim's mesh-dim order reversed, as ``StridedShard``.
 
     The layout autoparallel gives a node whose ``OrderInfo.is_target_reversed_order`` is set.
     """
-    from torch.distributed.tensor._dtensor_spec import DTensorSpec, ShardOrderEntry
+    from ..seam.dtensor import ShardOrderEntry, convert_shard_order_to_strided_shard
 
     order = tuple(
         ShardOrderEntry(tensor_dim=e.tensor_dim, mesh_dims=tuple(sorted(e.mesh_dims, reverse=True)))
         for e in spec.shard_order
     )
-    return tuple(DTensorSpec._convert_shard_order_to_StridedShard(order, spec.placements, spec.mesh))
+    return tuple(convert_shard_order_to_strided_shard(order, spec.placements, spec.mesh))
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,8 +221,7 @@ class _Slot:
 
 
 def _desc_name(desc: Any) -> str:
-    from torch._functorch._aot_autograd import descriptors as d
-
+    d = aot_descriptors()
     if isinstance(desc, d.ParamAOTInput):
         return f"param:{desc.target}"
     if isinstance(desc, d.BufferAOTInput):
@@ -319,14 +260,13 @@ def _joint_layout(autop: AutoParallel, placement: PlacementMap) -> tuple[list[_S
     Read from ``autop.gm`` (the graph ``placement`` is keyed by); ``autop.parallel_gm`` has the
     same placeholders and outputs in the same order. An output slot is None where the graph
     returns None. Primals use autoparallel's own ``_build_physical_placements`` (what apply shards
-    parameters by); gradients are reversed to ``_StridedShard`` by the same order information.
+    parameters by); gradients are reversed to ``StridedShard`` by the same order information.
     """
-    from autoparallel.apply_sharding import _build_physical_placements
     from autoparallel.shardings.ordered_sharding import compute_optimal_placement_order_for_parameters
 
     gm = autop.gm
     order = compute_optimal_placement_order_for_parameters(gm, placement)
-    physical_specs = _build_physical_placements(placement, order)
+    physical_specs = upstream.build_physical_placements(placement, order)
 
     inputs = []
     for node in gm.graph.find_nodes(op="placeholder"):
@@ -402,7 +342,7 @@ def _gather(
     full = DTensor.from_local(local, mesh, placements, run_check=False, shape=size, stride=stride).full_tensor()
     if not isinstance(full, LocalTensor):
         return {r: full for r in ranks}
-    return {r: t.detach().clone() for r, t in full._local_tensors.items()}
+    return {r: t.detach().clone() for r, t in local_tensors(full).items()}
 
 
 def run_parallel_graph(
@@ -448,7 +388,7 @@ def run_parallel_graph(
             local = _shard(value, mesh, slot.physical, ranks)
             if perturb is not None and slot.name == perturb.primal:
                 with mode.disable():
-                    shards = {r: t.clone() for r, t in local._local_tensors.items()}
+                    shards = {r: t.clone() for r, t in local_tensors(local).items()}
                     shards[perturb.rank] = shards[perturb.rank] + perturb.delta
                 local = LocalTensor(shards)
             args.append(local)

@@ -41,10 +41,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.utils._pytree as pytree
 from torch import Tensor
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..seam.tracing import TorchDispatchMode, pytree
 from ._records import Reference, TensorCheck
 
 if TYPE_CHECKING:

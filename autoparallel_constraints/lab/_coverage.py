@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..core._placements import fmt_spec
+from ..seam import autop as upstream
+from ..seam.tracing import tree_flatten
 from ..table import OpRule, Table, bind, check, default_table
 from ._cli import parse_mesh
 
@@ -125,7 +127,7 @@ def trace_joint_graph(model_fn: Callable[[], torch.nn.Module], input_fn: Callabl
 
 def tensor_inputs(node: torch.fx.Node) -> int:
     """Tensor-valued nodes among the positional arguments (autoparallel's input specs)."""
-    flat = torch.utils._pytree.tree_flatten(node.args)[0]
+    flat = tree_flatten(node.args)[0]
     return sum(1 for x in flat if isinstance(x, torch.fx.Node) and isinstance(x.meta.get("val"), torch.Tensor))
 
 
@@ -298,14 +300,13 @@ def upstream_strategies(mesh: DeviceMesh, node: torch.fx.Node) -> list[Any]:
     """autoparallel's strategies for ``node``, every tensor input offered every R/S placement
     (as autoparallel does for graph inputs)."""
     from autoparallel.shardings.placement_options import get_placement_options_for_node
-    from autoparallel.shardings.propagation_rules import _create_all_options
-    from torch.utils._pytree import tree_map_only
 
-    from ..plan._view_skip import skipping_unviewable_strategies
+    from ..seam._view_skip import skipping_unviewable_strategies
+    from ..seam.tracing import tree_map_only
 
     def strategy_of(x: torch.fx.Node) -> Any:
         val = x.meta["val"]
-        return _create_all_options(mesh, val.shape, tensor=val)
+        return upstream.create_all_options(mesh, val.shape, tensor=val)
 
     specs = tree_map_only(torch.fx.Node, strategy_of, node.args)
     user_args = tree_map_only(torch.fx.Node, lambda x: x.meta["val"], node.args)

@@ -54,6 +54,8 @@ import torch
 from torch.distributed.tensor.placement_types import Partial, Placement, Replicate, Shard
 
 from ..core._placements import fmt_placements
+from ..seam.dtensor import local_tensors
+from ..seam.tracing import schema_of
 from ..table._binders import bind
 from ..table._model import Binding, DimKind, OpRule, check
 from ..table._registry import Table, default_table
@@ -206,13 +208,13 @@ class _CaseRun:
         self.extra: list[_CaseRun] = []  # further value draws of the same call, same shapes
         self._locals: dict[tuple[int, tuple[int, ...], tuple[Placement, ...]], list[torch.Tensor]] = {}
         self._specs: dict[tuple[int, tuple[Placement, ...], int], Any] = {}
-        mutated = [i for i, a in enumerate(row.op._schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+        mutated = [i for i, a in enumerate(schema_of(row.op).arguments) if a.alias_info is not None and a.alias_info.is_write]
         self.mutated_positions = set(mutated)
 
     # -- the row's verdict ------------------------------------------------------------------------
     def mismatches(self, mesh: Any, combo: Sequence[Sequence[Placement]]) -> list[Any]:
         """The row's verdict on ``combo`` (one column per mesh dim): empty = co-sharded."""
-        from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+        from ..seam.dtensor import DTensorSpec, TensorMeta
 
         def spec(k: int) -> Any:
             pl = tuple(col[k] for col in combo)
@@ -275,7 +277,7 @@ def evaluate(run: _CaseRun, mesh_shape: tuple[int, ...], combo: Sequence[Sequenc
 
 
 def _evaluate_one(run: _CaseRun, mesh_shape: tuple[int, ...], combo: Sequence[Sequence[Placement]]) -> str | None:
-    from torch.distributed._local_tensor import LocalTensor, LocalTensorMode
+    from ..seam.dtensor import LocalTensor, LocalTensorMode
 
     world = math.prod(mesh_shape)
     ranks = frozenset(range(world))
@@ -332,7 +334,7 @@ def _evaluate_one(run: _CaseRun, mesh_shape: tuple[int, ...], combo: Sequence[Se
         if not isinstance(local, LocalTensor):
             per_rank = [local] * world
         else:
-            per_rank = [local._local_tensors[r] for r in range(world)]
+            per_rank = [local_tensors(local)[r] for r in range(world)]
         pl = tuple(col[k] for col in combo)
         for r in range(world):
             full = reconstruct(per_rank, mesh_shape, pl, r)
@@ -345,7 +347,7 @@ def _evaluate_one(run: _CaseRun, mesh_shape: tuple[int, ...], combo: Sequence[Se
 
 def _per_rank(run: _CaseRun, slot_locals: dict[int, list[torch.Tensor]], world: int) -> Any:
     """The op on each rank's plain local tensors, results packed as LocalTensors."""
-    from torch.distributed._local_tensor import LocalTensor
+    from ..seam.dtensor import LocalTensor
 
     outs = []
     for r in range(world):
@@ -411,7 +413,7 @@ def _prepare(row: OpRule, case: Case, gen: random.Random) -> _CaseRun | str:
         inputs.append((name, value))
         return node
 
-    schema_args = row.op._schema.arguments
+    schema_args = schema_of(row.op).arguments
     args: list[Any] = []
     for i, a in enumerate(case.args):
         name = schema_args[i].name if i < len(schema_args) else f"arg{i}"

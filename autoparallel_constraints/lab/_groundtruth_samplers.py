@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from ..seam.tracing import OpOverload
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["BINARY_SHAPES", "Case", "GUARDS", "Guard", "INPLACE_SHAPES", "SAMPLERS", "Sampler", "Skip", "aten", "register_sampler"]
@@ -30,7 +32,7 @@ class Case:
 
 
 Sampler = Callable[[torch.Generator], list[Case]]
-SAMPLERS: dict[torch._ops.OpOverload, Sampler] = {}
+SAMPLERS: dict[OpOverload, Sampler] = {}
 
 
 class Skip(str):
@@ -42,10 +44,10 @@ class Skip(str):
 # kernel cannot run such shards though they are consistent, e.g. empty ones). Guards exist for
 # kernels that crash the process instead of raising.
 Guard = Callable[[Sequence[tuple[int, ...]]], str | None]
-GUARDS: dict[torch._ops.OpOverload, Guard] = {}
+GUARDS: dict[OpOverload, Guard] = {}
 
 
-def register_sampler(*ops: torch._ops.OpOverload, guard: Guard | None = None) -> Callable[[Sampler], Sampler]:
+def register_sampler(*ops: OpOverload, guard: Guard | None = None) -> Callable[[Sampler], Sampler]:
     """Decorator: ``fn(gen) -> [Case, ...]`` samples calls of ``ops`` (most telling first);
     ``guard`` vets local shapes before the op runs (see :data:`GUARDS`). Returns ``fn`` unchanged."""
 

@@ -14,6 +14,7 @@ from torch.distributed.tensor.placement_types import Placement, Replicate, Shard
 
 from ..errors import InvalidOptionError
 from ..models import SEED_CONFIG, SeedBlock, SeedConfig
+from ..seam import autop as upstream
 from ._runs import seed_mp_policy
 
 logger = logging.getLogger(__name__)
@@ -78,7 +79,7 @@ def _llama3_model(mesh_shape: tuple[int, ...], *, size: str, layers: int | None,
     param-memory constraint, input ``(S(0), R)``, output ``(S(0), S(2))`` (vocab parallel) on a
     2-D mesh. ``tiny``: dim 256, 4 heads / 2 kv heads, vocab 512, seq 64 (for tests).
     """
-    from autoparallel._testing.models.llama3 import Transformer, TransformerModelArgs
+    Transformer, TransformerModelArgs = upstream.llama3()
 
     n_layers = layers if layers is not None else 2
     if size == "full":
@@ -151,10 +152,9 @@ def _falcon_model(mesh_shape: tuple[int, ...], *, size: str, layers: int | None,
     config = FalconConfig(
         hidden_size=hidden, num_attention_heads=heads, num_hidden_layers=n_layers, vocab_size=vocab,
         multi_query=True, parallel_attn=True, new_decoder_architecture=False, bias=False, alibi=False,
-        use_cache=False,
+        use_cache=False, attn_implementation="eager",
     )
     batch = 2 * mesh_shape[0]
-    config._attn_implementation = "eager"
     with torch.device("meta"):
         model = _CausalLMLogits(FalconForCausalLM(config))
     first = (Shard(0),) + (Replicate(),) * (len(mesh_shape) - 1)

@@ -40,6 +40,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from ..seam.tracing import OpOverload, copy_codegen
+
 if TYPE_CHECKING:
     from torch.fx import Graph, GraphModule, Node
 
@@ -81,7 +83,7 @@ def _is(node: Any, name: str) -> bool:
     """``node`` is a call of the op overload whose qualified name ends with ``name``."""
     return (
         getattr(node, "op", None) == "call_function"
-        and isinstance(node.target, torch._ops.OpOverload)
+        and isinstance(node.target, OpOverload)
         and str(node.target).endswith(name)
     )
 
@@ -177,7 +179,7 @@ def copy_graph_module(gm: GraphModule) -> GraphModule:
     are shared read-only. ``copy.deepcopy`` can't be used: the ProcessGroups compile_on_one_rank
     puts in the graph don't copy."""
     graph = torch.fx.Graph()
-    graph._codegen = copy.deepcopy(gm.graph._codegen)
+    copy_codegen(gm.graph, graph)
     val_map: dict[Any, Any] = {}
     result = graph.graph_copy(gm.graph, val_map, return_output_node=True)
     if result is None:

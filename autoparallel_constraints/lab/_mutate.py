@@ -198,7 +198,10 @@ def sources() -> dict[str, Source]:
         )
 
     llama_model, llama_input = llama3_small()
-    from ._torchtitan import autoparallel_graph_class, torchtitan_mp_policy  # no torchtitan import until built
+    from ._torchtitan import (  # no torchtitan import until built
+        autoparallel_graph_class,
+        torchtitan_mp_policy,
+    )
 
     titan = functools.cache(_torchtitan_llama3)
     falcon_model, falcon_input = falcon_tiny()

@@ -35,6 +35,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..seam import autop as upstream
 from ._torchtitan import TORCHTITAN_FAMILIES, TORCHTITAN_NOT_RUN
 
 __all__ = ["CALLS", "PRECISIONS", "add_arguments", "outcome", "render", "run_cell", "run_table", "summary"]
@@ -65,6 +66,7 @@ def run_cell(family: str, layers: int | None, mesh_text: str, call: str, precisi
     import torch
 
     import autoparallel_constraints as apc
+
     from ..harness._cpu import cpu_mesh, device_name
     from ._torchtitan import autoparallel_graph_class, torchtitan_case
 
@@ -84,7 +86,7 @@ def run_cell(family: str, layers: int | None, mesh_text: str, call: str, precisi
             case.configure(autop)
             _configure(call)(autop)
             placement = autop.optimize_placement()
-            autop._apply_placement_common(placement)
+            upstream.call_apply_placement_common(autop, placement)
             audit = apc.audit(autop)
             verify = apc.verify(autop)
         row.update(

@@ -42,7 +42,6 @@ import torch
 from torch.distributed.tensor.placement_types import Replicate, Shard
 
 from ..apply._audit import audit
-from ..core._upstream import known_failure, origin
 from ..errors import ConstraintsError, VerificationError
 from ..harness import (
     cpu_mesh,
@@ -53,6 +52,7 @@ from ..harness import (
     yardstick_summary,
 )
 from ..models import ZOO, FamilyUnavailable, causal_lm_families, zoo_model
+from ..seam._notes import known_failure, origin
 from ._cli import parse_mesh
 from ._coverage import coverage_of_graph
 

@@ -13,7 +13,6 @@ called it. The options are checked when enabling, not at the first solve far awa
 from __future__ import annotations
 
 import contextlib
-import functools
 import inspect
 import json
 import logging
@@ -22,6 +21,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..errors import InvalidOptionError
+from ..seam import attach, attach_for_use
+from ..seam._handlers import provide
 from ._state import get_state
 
 logger = logging.getLogger(__name__)
@@ -65,7 +66,8 @@ def enable(**options: Any) -> None:
     option ``add_op_constraints`` would refuse by name."""
     global _options
     _options = _check_options(options)
-    _install()
+    attach("enable_hook")
+    attach_for_use()
     logger.info("apc: enabled for every AutoParallel (%s)", ", ".join(f"{k}={v!r}" for k, v in _options.items()) or "defaults")
 
 
@@ -106,19 +108,12 @@ def enable_from_env(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     return options
 
 
-def _install() -> None:
-    from autoparallel.api import AutoParallel
+def _before_first_solve(autop: Any) -> None:
+    """The ``enable_hook`` shim's handler: ``add_op_constraints(**options)`` on an ``AutoParallel``
+    about to solve, unless its user called it or it was solved already."""
+    if _options is not None and get_state(autop) is None and getattr(autop, "sharding_placement", None) is None:
+        logger.info("apc: enabled: add_op_constraints(%s) on %s", _options, type(autop).__name__)
+        autop.add_op_constraints(**_options)
 
-    original = AutoParallel.optimize_placement
-    if getattr(original, "__apc_enable__", False):
-        return
 
-    @functools.wraps(original)
-    def optimize_placement(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if _options is not None and get_state(self) is None and getattr(self, "sharding_placement", None) is None:
-            logger.info("apc: enabled: add_op_constraints(%s) on %s", _options, type(self).__name__)
-            self.add_op_constraints(**_options)
-        return original(self, *args, **kwargs)
-
-    optimize_placement.__apc_enable__ = True  # type: ignore[attr-defined]
-    AutoParallel.optimize_placement = optimize_placement
+provide("enable", _before_first_solve)

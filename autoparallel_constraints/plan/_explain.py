@@ -28,6 +28,7 @@ import pulp
 from ..errors import InfeasibleConstraintsError
 from ..formulations._base import elastic_constraint
 from ..formulations._pins import site_variables, user_pins
+from ..seam import autop as upstream
 
 if TYPE_CHECKING:
     from autoparallel.optimize_sharding import ShardingOptimizer
@@ -139,7 +140,7 @@ def _describe_rule(opt: ShardingOptimizer, state: PluginState, name: str) -> str
 
 
 def _describe_pin(opt: ShardingOptimizer, name: str) -> str:
-    node = opt._node_constraint_names.get(name)
+    node = upstream.node_constraint_names(opt).get(name)
     return f"  pin {name!r}" + (f" on {node}" if node else "")
 
 

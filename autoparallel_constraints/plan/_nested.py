@@ -35,7 +35,7 @@ by :func:`build_nested_constraints` (``nested.even_<idx>``) under ``add_op_const
 A node whose every strategy is nested uneven gets no row: the plan cannot avoid it, the row would
 only make the ILP infeasible; it is logged and the audit reports it. A user pin on a nested uneven
 strategy conflicts with the row: the solve is infeasible and the explanation names both. Mesh dims
-of size 1 split nothing and are not counted. A ``_StridedShard`` counts like a shard of its dim
+of size 1 split nothing and are not counted. A ``StridedShard`` counts like a shard of its dim
 (the product test); its split factor is not checked.
 
 **The parameter memory budget.** autoparallel's ``add_parameter_memory_constraint`` budgets each
@@ -61,14 +61,16 @@ import pulp
 import torch
 
 from ..core._placements import fmt_spec
+from ..seam import autop as upstream
+from ..seam.tracing import param_nodes
 from ..table._model import _shard_dim
 from ._sizes import _hint
 
 if TYPE_CHECKING:
     from autoparallel.optimize_sharding import ShardingOptimizer
-    from torch.distributed.tensor._dtensor_spec import DTensorSpec
 
     from ..formulations import Additions, Namer
+    from ..seam.dtensor import DTensorSpec
 
 logger = logging.getLogger(__name__)
 
@@ -358,16 +360,14 @@ def rebudget_parameter_memory(
 
     Parameters a user pinned are skipped, as autoparallel leaves them out of the rows."""
     rows = opt.prob.constraints
-    factors = getattr(opt, "_memory_constraint", None)
+    factors = upstream.memory_factors(opt)
     high_row, low_row = rows.get("memory_constraint_high"), rows.get("memory_constraint_low")
     if factors is None or high_row is None or low_row is None:
         return 0.0, 0.0
-    from torch._functorch._aot_autograd.fx_utils import get_param_nodes
-
     factor_low, factor_high = factors
-    pinned = set(getattr(opt, "_node_constraint_names", {}).values())
+    pinned = set(upstream.node_constraint_names(opt).values())
     add_high = add_low = 0.0
-    for node in get_param_nodes(opt.graph):
+    for node in param_nodes(opt.graph):
         if node.name in pinned:
             continue
         banned = forbidden.get(node)
@@ -378,7 +378,7 @@ def rebudget_parameter_memory(
         for o in range(len(opt.strats[node].strategies)):
             # LpConstraint.get, not `in`: `var in row` compares variables with ==, which builds a
             # constraint (always truthy)
-            ratio = high_row.get(opt._resolve_decision_var((idx, 0, o, 0)).var, None)
+            ratio = high_row.get(upstream.resolve_decision_var(opt, (idx, 0, o, 0)).var, None)
             if ratio is not None:
                 ratios[o] = ratio
         allowed = [r for o, r in ratios.items() if o not in banned]

@@ -1,6 +1,6 @@
 """``AutoParallel.add_op_constraints``: bind the table to an optimizer and add a formulation.
 
-The plugin's state for one ``AutoParallel`` lives on it as ``autop._apc_state``. Adding is
+The plugin's state for one ``AutoParallel`` is kept on it (``seam.autop.put``). Adding is
 atomic: everything is computed first, then the variables and constraints go into the ILP in one
 step, rolled back if any of them fails, so a failed call leaves the optimizer's problem as it was.
 """
@@ -9,23 +9,27 @@ from __future__ import annotations
 
 import logging
 import time
-import types
 import warnings
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pulp
-import torch
 
 from ..errors import ConstraintsError, FormulationError, InvalidOptionError, PluginStateError
 from ..formulations import Additions, Formulation, Namer, make_formulation
 from ..formulations._sites import Site, find_sites
+from ..seam import attach_for_use
+from ..seam import autop as upstream
+from ..seam._handlers import provide
+from ..seam._optimizer import hook_plugin
+from ..seam.lp import forget_variables_after, registered_count
+from ..seam.tracing import OpOverload, OpOverloadPacket
 from ..table import OpRule, Table, default_table
 from . import _solvers
-from ._cache_guard import check_strategies
 from ._nested import build_nested_constraints, rebudget_parameter_memory
 from ._report import LazyRound, build_report, emit
 from ._sizes import build_size_constraints, find_size_couplings, is_dynamic, not_tensor_nodes
+from ._stale import check_strategies
 from ._state import VERIFY_MODES, AddedConstraints, PluginState, PriorBounds, families, get_state
 
 if TYPE_CHECKING:
@@ -34,7 +38,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["NoMatchingNodesWarning", "add_op_constraints", "install"]
+__all__ = ["NoMatchingNodesWarning", "add_op_constraints"]
 
 MATERIALIZE_MODES = ("table", "all")
 
@@ -50,12 +54,12 @@ class NoMatchingNodesWarning(UserWarning):
 
 
 def _normalize_ops(ops: Any) -> Any:
-    if ops is None or isinstance(ops, (str, torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+    if ops is None or isinstance(ops, (str, OpOverload, OpOverloadPacket)):
         return ops
     if isinstance(ops, Iterable) and not isinstance(ops, (bytes, dict)):
         items = list(ops)
         for item in items:
-            if not isinstance(item, (str, torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+            if not isinstance(item, (str, OpOverload, OpOverloadPacket)):
                 raise InvalidOptionError(
                     f"ops must hold op names, op packets or overloads (e.g. 'index_put', "
                     f"torch.ops.aten.add.Tensor); got an item of type {type(item).__name__}: {item!r}"
@@ -148,6 +152,7 @@ def add_op_constraints(
     """
     opt = _check_autop(self)
     check_strategies(opt, self.mesh, per_cluster=PER_CLUSTER)
+    attach_for_use()  # the plugin is in use: later builds get the caches keyed on the mesh
     if materialize not in MATERIALIZE_MODES:
         raise InvalidOptionError(f"materialize must be one of {MATERIALIZE_MODES}, got {materialize!r}")
     if verify not in VERIFY_MODES:
@@ -168,7 +173,7 @@ def add_op_constraints(
     namer = Namer(form.name, taken=opt.prob.constraints)
     additions = _call_formulation(form, "build", opt, lambda: form.build(opt, sites, namer))
     # Couplings are read off the traced graph (symbolic sizes) and priced on the optimizer's copy.
-    to_opt = getattr(opt, "_orig_to_concrete", None) or {}  # empty: one graph for both
+    to_opt = upstream.orig_to_concrete(opt)  # empty: one graph for both
     couplings = (
         find_size_couplings(
             self.gm.graph,
@@ -225,10 +230,10 @@ def add_op_constraints(
     )
     state.solver.held_back = state.held_back  # highs-lp: autoparallel's problem first, then the plugin's part
     _install_optimizer_hooks(opt, state)
-    self._apc_state = state
+    upstream.put(self, "state", state)
     # autoparallel's save() keeps this log and load() replays it by method name: the entry makes
     # load refuse clearly instead of silently dropping the plugin's constraints.
-    opt._constraint_log.append(
+    upstream.constraint_log(opt).append(
         ("apc_add_op_constraints", {"formulation": form.name, "rows": list(added.rows), "materialize": materialize})
     )
     logger.info("apc: %s (sites %.3fs)", added, t_sites)
@@ -284,16 +289,15 @@ def _call_formulation(form: Formulation, hook: str, opt: ShardingOptimizer, call
 
 def _add_atomically(prob: pulp.LpProblem, additions: Additions) -> dict[str, PriorBounds]:
     """Set the bounds, then add the rows; on any failure restore the bounds, drop the rows and
-    forget the variables PuLP registered with them (``_variables``/``_variable_ids``, which PuLP
-    never prunes), so the problem is as it was. Returns each bound entry's variables with the
+    forget the variables PuLP registered with them (which PuLP never prunes), so the problem is as
+    it was. Returns each bound entry's variables with the
     bounds they had before (what the infeasibility diagnosis relaxes them to)."""
     added: list[str] = []
     old_bounds: list[tuple[pulp.LpVariable, float | None, float | None]] = []
     prior: dict[str, PriorBounds] = {}
-    # PuLP registers a new variable by appending it to ``_variables`` and keying it by hash in
-    # ``_variable_ids``: the variables past ``n_vars`` are exactly the ones to forget (no copy of
-    # every id up front: 0.3 s per call on llama3 2 layers 8x8).
-    n_vars, n_modified = len(prob._variables), len(prob.modifiedConstraints)
+    # PuLP registers new variables at the end of its list: the variables past ``n_vars`` are
+    # exactly the ones to forget (no copy of every id up front: 0.3 s per call on llama3 2 layers 8x8).
+    n_vars, n_modified = registered_count(prob), len(prob.modifiedConstraints)
     try:
         for bound_name, bound in additions.bounds.items():
             start = len(old_bounds)
@@ -312,9 +316,8 @@ def _add_atomically(prob: pulp.LpProblem, additions: Additions) -> dict[str, Pri
     except BaseException:
         for name in added:
             prob.constraints.pop(name, None)
-        for var in prob._variables[n_vars:]:
-            prob._variable_ids.pop(var.hash, None)
-        del prob._variables[n_vars:], prob.modifiedConstraints[n_modified:]
+        forget_variables_after(prob, n_vars)
+        del prob.modifiedConstraints[n_modified:]
         for var, low, up in reversed(old_bounds):
             var.lowBound, var.upBound = low, up
         raise
@@ -333,78 +336,78 @@ def _install_optimizer_hooks(opt: ShardingOptimizer, state: PluginState) -> None
     chosen solver (``_solvers``); let the formulation add rows and re-solve while it asks to
     (``lazy``); explain an infeasible problem (``_explain``); build and emit the report.
     """
-    set_objective = opt._set_objective
-    solve = opt._solve
-    apply_memory = opt._apply_memory_constraint
 
-    def _apply_memory_constraint(self: Any) -> None:
+    def _apply_memory_constraint(apply_memory: Any) -> None:
         apply_memory()
         if state.nested_forbidden:
-            rebudget_parameter_memory(self, state.nested_forbidden)
-        _rows_last(self.prob, state.additions.constraints)
+            rebudget_parameter_memory(opt, state.nested_forbidden)
+        _rows_last(opt.prob, state.additions.constraints)
 
-    def _set_objective(self: Any) -> None:
+    def _set_objective(set_objective: Any) -> None:
         set_objective()
         if state.objective_terms:
             t0 = time.perf_counter()
-            self.prob.objective += pulp.lpSum(cost * var for var, cost in state.objective_terms)
+            opt.prob.objective += pulp.lpSum(cost * var for var, cost in state.objective_terms)
             state.hook_seconds += time.perf_counter() - t0
 
-    def _solve(self: Any, verbose: bool = False) -> None:
-        hook_seconds = 0.0
-        t0 = time.perf_counter()
-        state.formulation.check_pins(self, state.sites, state.additions)
-        first = len(state.solver.outcomes)
-        rounds: list[LazyRound] = []
-        hook_seconds += time.perf_counter() - t0
-        with state.solver.budget():
-            for round_index in range(len(state.sites) + 2):  # lazy cuts >= 1 new site per round
-                try:
-                    solve(verbose)
-                except ConstraintsError:
+    def _solve(solve: Any, verbose: bool = False) -> None:
+        _solve_rounds(opt, state, solve, verbose)
+
+    hook_plugin(opt, solve=_solve, set_objective=_set_objective, apply_memory=_apply_memory_constraint)
+
+
+def _solve_rounds(opt: Any, state: PluginState, solve: Any, verbose: bool) -> None:
+    """One ``_solve`` of an optimizer the plugin was added to: check pins; solve with the chosen
+    solver; let the formulation add rows and re-solve while it asks to; explain an infeasible
+    problem; build and emit the report."""
+    hook_seconds = 0.0
+    t0 = time.perf_counter()
+    state.formulation.check_pins(opt, state.sites, state.additions)
+    first = len(state.solver.outcomes)
+    rounds: list[LazyRound] = []
+    hook_seconds += time.perf_counter() - t0
+    with state.solver.budget():
+        for round_index in range(len(state.sites) + 2):  # lazy cuts >= 1 new site per round
+            try:
+                solve(verbose)
+            except ConstraintsError:
+                raise
+            except RuntimeError as exc:
+                if opt.prob.status != pulp.LpStatusInfeasible:
                     raise
-                except RuntimeError as exc:
-                    if self.prob.status != pulp.LpStatusInfeasible:
-                        raise
-                    from ._explain import explain_infeasible
+                from ._explain import explain_infeasible
 
-                    raise explain_infeasible(self, state) from exc
-                t1 = time.perf_counter()
-                more = _call_formulation(
-                    state.formulation,
-                    "after_solve",
-                    self,
-                    lambda: state.formulation.after_solve(self, state.sites, state.additions, state.namer, round_index),
+                raise explain_infeasible(opt, state) from exc
+            t1 = time.perf_counter()
+            more = _call_formulation(
+                state.formulation,
+                "after_solve",
+                opt,
+                lambda: state.formulation.after_solve(opt, state.sites, state.additions, state.namer, round_index),
+            )
+            if more is not None:
+                state.prior_bounds.update(_add_atomically(opt.prob, more))
+                state.additions.merge(more)
+            last = state.solver.outcomes[-1]
+            roots = set((more.owners if more is not None else {}).values())
+            rounds.append(
+                LazyRound(
+                    round=round_index,
+                    seconds=last.seconds,
+                    objective=last.objective,
+                    violated=tuple(s.orig.name for s in state.sites if s.root_idx in roots),
+                    cuts=(*more.constraints, *more.bounds) if more is not None else (),
                 )
-                if more is not None:
-                    state.prior_bounds.update(_add_atomically(self.prob, more))
-                    state.additions.merge(more)
-                last = state.solver.outcomes[-1]
-                roots = set((more.owners if more is not None else {}).values())
-                rounds.append(
-                    LazyRound(
-                        round=round_index,
-                        seconds=last.seconds,
-                        objective=last.objective,
-                        violated=tuple(s.orig.name for s in state.sites if s.root_idx in roots),
-                        cuts=(*more.constraints, *more.bounds) if more is not None else (),
-                    )
-                )
-                hook_seconds += time.perf_counter() - t1
-                if more is None:
-                    break
-        t2 = time.perf_counter()
-        state.report = build_report(
-            self, state, state.solver.outcomes[first:], rounds, state.hook_seconds + hook_seconds
-        )
-        emit(state.report)
-        state.hook_seconds = 0.0
-        hook_seconds += time.perf_counter() - t2
-        logger.debug("apc: plugin hooks took %.3fs around the solve", hook_seconds)
-
-    opt._set_objective = types.MethodType(_set_objective, opt)
-    opt._solve = types.MethodType(_solve, opt)
-    opt._apply_memory_constraint = types.MethodType(_apply_memory_constraint, opt)
+            )
+            hook_seconds += time.perf_counter() - t1
+            if more is None:
+                break
+    t2 = time.perf_counter()
+    state.report = build_report(opt, state, state.solver.outcomes[first:], rounds, state.hook_seconds + hook_seconds)
+    emit(state.report)
+    state.hook_seconds = 0.0
+    hook_seconds += time.perf_counter() - t2
+    logger.debug("apc: plugin hooks took %.3fs around the solve", hook_seconds)
 
 
 def _rows_last(prob: pulp.LpProblem, names: Iterable[str]) -> None:
@@ -429,8 +432,5 @@ def _refuse_replay(self: Any, formulation: str, rows: list[str], materialize: st
     )
 
 
-def install() -> None:
-    """Give ShardingOptimizer the replay hook that makes load() refuse plugin-saved optimizers."""
-    from autoparallel.optimize_sharding import ShardingOptimizer
-
-    ShardingOptimizer.apc_add_op_constraints = _refuse_replay  # type: ignore[attr-defined]
+provide("add_op_constraints", add_op_constraints)
+provide("load_refusal", _refuse_replay)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..core._placements import fmt_spec
 from ..formulations._sites import twin_count
 from ..formulations.lazy import chosen_bad_strategy
+from ..seam.tracing import trace_structured
 from ._outcomes import ARTIFACT_NAME, ConstraintReport, LazyRound, SiteOutcome
 from ._solvers import SolveOutcome
 from ._state import families, get_state
@@ -118,8 +119,6 @@ def build_report(
 
 def emit(report: ConstraintReport) -> None:
     """Log the report at INFO and emit it as the ``autoparallel_constraints_report`` TORCH_TRACE artifact."""
-    from torch._logging import trace_structured
-
     logger.info("apc: %s", report)
     trace_structured(
         "artifact",

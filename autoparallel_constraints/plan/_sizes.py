@@ -67,13 +67,15 @@ import pulp
 import torch
 
 from ..core._placements import fmt_spec
+from ..seam import autop as upstream
+from ..seam.tracing import tree_flatten
 from ..table._model import _shard_dim
 
 if TYPE_CHECKING:
     from autoparallel.optimize_sharding import ShardingOptimizer
-    from torch.distributed.tensor._dtensor_spec import DTensorSpec
 
     from ..formulations import Additions, Namer
+    from ..seam.dtensor import DTensorSpec
 
 logger = logging.getLogger(__name__)
 
@@ -119,11 +121,10 @@ class SizeCoupling:
 
 def _size_ops() -> tuple[frozenset[Any], frozenset[Any]]:
     """(factory ops with the shape in args[0], view ops with it in args[1]): autoparallel's own sets."""
-    from autoparallel.apply_sharding import _VIEW_OPS
     from autoparallel.shardings.propagation_rules import TENSOR_FACTORY_OPS
 
     factories = frozenset(t for t in TENSOR_FACTORY_OPS if t != torch.ops.aten.scalar_tensor.default)
-    return factories, frozenset(_VIEW_OPS)
+    return factories, upstream.view_ops()
 
 
 _TEXT_DEPTH = 6  # a size expression deeper than this is named by its node (ProphetNet's are hundreds deep)
@@ -268,7 +269,7 @@ def not_tensor_nodes(graph: torch.fx.Graph, opt: ShardingOptimizer) -> list[torc
     from ..formulations._sites import cluster_layout
 
     # the optimizer's graph is a node-for-node copy of the traced one (``_concrete_to_orig``)
-    to_graph = {} if graph is opt.graph else getattr(opt, "_concrete_to_orig", None)
+    to_graph = {} if graph is opt.graph else upstream.concrete_to_orig(opt)
     if to_graph is None or len(graph.nodes) != len(opt.nodes):
         return None
     nodes = opt.nodes
@@ -307,10 +308,10 @@ def _unlocalized(
     # only a size node among the inputs can couple: most nodes have none (no flattening then)
     if all(isinstance(x.meta.get("val"), torch.Tensor) for x in node.all_input_nodes):
         return []
-    produced = torch.utils._pytree.tree_flatten(node.meta.get("val"))[0]
+    produced = tree_flatten(node.meta.get("val"))[0]
     if not any(isinstance(v, torch.Tensor) for v in produced):  # size arithmetic itself, not a consumer
         return []
-    flat = torch.utils._pytree.tree_flatten((node.args, node.kwargs))[0]
+    flat = tree_flatten((node.args, node.kwargs))[0]
     position_op = node.target in _position_ops()
     out = []
     for value in flat:
@@ -332,7 +333,7 @@ def _holds_tensors(node: torch.fx.Node) -> bool:
     val = node.meta.get("val")
     if isinstance(val, torch.Tensor) or (isinstance(val, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in val)):
         return True  # a tensor item is a leaf: no flattening needed to tell
-    return any(isinstance(v, torch.Tensor) for v in torch.utils._pytree.tree_flatten(val)[0])
+    return any(isinstance(v, torch.Tensor) for v in tree_flatten(val)[0])
 
 
 def _specialized(value: torch.fx.Node) -> bool:
@@ -451,8 +452,7 @@ def build_size_constraints(
     links nodes whose strategies print the same, placements included); ``False`` also compares
     the placements of every strategy of each node.
     """
-    from ..formulations import Additions
-    from ..formulations import _sites
+    from ..formulations import Additions, _sites
     from ..formulations._sites import strategy_indicator
 
     out = Additions()

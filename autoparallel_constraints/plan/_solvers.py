@@ -59,7 +59,6 @@ import logging
 import math
 import tempfile
 import time
-import types
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -69,6 +68,8 @@ from typing import TYPE_CHECKING, Any
 import pulp
 
 from ..errors import InvalidOptionError, PluginStateError, SolverTimeLimitError, SolverUnavailableError
+from ..seam import autop as upstream
+from ..seam._optimizer import hook_solver
 
 if TYPE_CHECKING:
     from autoparallel.optimize_sharding import ShardingOptimizer
@@ -680,8 +681,8 @@ class SolverHook:
             if value is not None:
                 var.varValue = float(round(value))
 
-    def _solve(self, prob: pulp.LpProblem, solver: Any = None, **_: Any) -> int:
-        """Replaces ``prob.solve`` on the optimizer's problem: ignore autoparallel's CBC object."""
+    def route(self, prob: pulp.LpProblem, solver: Any = None, **_: Any) -> int:
+        """What ``prob.solve`` does on the optimizer's problem: ignore autoparallel's CBC object."""
         outcome = self.solve_problem(prob, msg=bool(getattr(solver, "msg", False)))
         if self.config.name in HIGHS_ROUTES and outcome.feasible:
             self._round_binaries()
@@ -717,7 +718,7 @@ def objective_in_bulk(opt: Any) -> pulp.LpAffineExpression | None:
     ``None`` when the optimizer lacks the fields it reads or a cost is not finite (autoparallel's
     own step then runs, and raises what it raises)."""
     decision_vars = getattr(opt, "decision_vars", None)
-    linked = getattr(opt, "_root_to_linked", None)
+    linked = upstream.root_to_linked(opt)
     if not isinstance(decision_vars, dict) or not isinstance(linked, dict):
         return None
     coefficients: dict[pulp.LpVariable, float] = {}
@@ -734,29 +735,29 @@ def objective_in_bulk(opt: Any) -> pulp.LpAffineExpression | None:
 def install(opt: ShardingOptimizer, config: SolverConfig) -> SolverHook:
     """Route every solve of ``opt`` through ``config``'s solver; return the hook (idempotent).
     On the HiGHS routes autoparallel's objective is built in bulk (:func:`objective_in_bulk`)."""
-    hook = getattr(opt, "_apc_solver", None)
-    if isinstance(hook, SolverHook):
+    hook = get_hook(opt)
+    if hook is not None:
         hook.config = config
         return hook
     hook = SolverHook(opt=opt, config=config)
-    opt.prob.solve = types.MethodType(hook._solve, opt.prob)  # the instance's, not LpProblem's
-    set_objective = getattr(opt, "_set_objective", None)
-    if set_objective is not None:
 
-        def _set_objective(self: Any) -> None:
-            objective = objective_in_bulk(self) if hook.config.name in HIGHS_ROUTES else None
-            if objective is None:
-                set_objective()
-            else:
-                self.prob += objective
+    def prob_solve(call: Any, solver: Any = None, **kwargs: Any) -> int:
+        return hook.route(opt.prob, solver, **kwargs)
 
-        opt._set_objective = types.MethodType(_set_objective, opt)
-    opt._apc_solver = hook
+    def set_objective(call: Any) -> None:
+        objective = objective_in_bulk(opt) if hook.config.name in HIGHS_ROUTES else None
+        if objective is None:
+            call()
+        else:
+            opt.prob += objective
+
+    hook_solver(opt, prob_solve=prob_solve, set_objective=set_objective)
+    upstream.put(opt, "solver", hook)
     return hook
 
 
 def get_hook(opt: Any) -> SolverHook | None:
-    hook = getattr(opt, "_apc_solver", None)
+    hook = upstream.get(opt, "solver")
     return hook if isinstance(hook, SolverHook) else None
 
 

@@ -1,6 +1,6 @@
 """The plugin's state for one ``AutoParallel``: what ``add_op_constraints`` added and decided.
 
-It lives on the AutoParallel as ``autop._apc_state``. This module sits below everything that reads
+It is kept on the AutoParallel (``seam.autop.put``). This module sits below everything that reads
 it — the report, the infeasibility explanation, the plugin call, the verifier, the apply step and
 the audit — and above what it is made of (table, sites, formulations, solver hook), so imports
 point one way (``docs/architecture.md``).
@@ -13,15 +13,16 @@ from typing import TYPE_CHECKING, Any
 
 from ..core._placements import fmt_spec
 from ..formulations._sites import strategy_index
+from ..seam import autop as upstream
 
 if TYPE_CHECKING:
     import pulp
     import torch
     from autoparallel.optimize_sharding import ShardingOptimizer
-    from torch.distributed.tensor._dtensor_spec import DTensorSpec
 
     from ..formulations import Additions, Formulation, Namer
     from ..formulations._sites import Site
+    from ..seam.dtensor import DTensorSpec
     from ..table import OpRule, Table
     from ._outcomes import ConstraintReport
     from ._solvers import HeldBack, SolverHook
@@ -164,7 +165,7 @@ class PluginState:
 
 def get_state(autop: Any) -> PluginState | None:
     """The plugin state of ``autop``, or None when ``add_op_constraints`` was not called on it."""
-    return getattr(autop, "_apc_state", None)
+    return upstream.get(autop, "state")
 
 
 

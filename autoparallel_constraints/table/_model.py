@@ -43,12 +43,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.distributed.tensor.placement_types import Partial, Placement, Replicate, Shard, _StridedShard
+from torch.distributed.tensor.placement_types import Partial, Placement, Replicate, Shard
 
 from ..core._placements import fmt_placement
+from ..seam.dtensor import StridedShard
+from ..seam.tracing import OpOverload, schema_of
 
 if TYPE_CHECKING:
-    from torch.distributed.tensor._dtensor_spec import DTensorSpec
+    from ..seam.dtensor import DTensorSpec
 
 __all__ = [
     "ALL_REDUCES",
@@ -246,7 +248,7 @@ class OpRule:
     the dim(s) a BROADCAST row needs whole (softmax backward's ``dim``).
     """
 
-    op: torch._ops.OpOverload
+    op: OpOverload
     family: str
     args: tuple[ArgSpec, ...]
     alignment: Alignment = Alignment.BROADCAST
@@ -349,7 +351,7 @@ def _is_tensor_node(x: Any) -> bool:
 
 def argument_value(node: torch.fx.Node, name: str, position: int | None = None) -> Any:
     """The value of schema argument ``name`` of ``node`` (positional, keyword or default)."""
-    schema = node.target._schema  # type: ignore[union-attr]
+    schema = schema_of(node.target)  # type: ignore[union-attr]
     for i, a in enumerate(schema.arguments):
         if a.name == name:
             if i < len(node.args) and not a.kwarg_only:
@@ -378,8 +380,8 @@ def _flag_holds(flag: Flag | None, node: torch.fx.Node) -> bool:
 
 
 def _shard_dim(p: Placement) -> int | None:
-    """The tensor dim ``p`` shards; _StridedShard is not a Shard subclass in torch 2.13."""
-    return p.dim if isinstance(p, (Shard, _StridedShard)) else None
+    """The tensor dim ``p`` shards; StridedShard is not a Shard subclass in torch 2.13."""
+    return p.dim if isinstance(p, (Shard, StridedShard)) else None
 
 
 def _split(p: Placement) -> int | None:
@@ -700,8 +702,8 @@ def _column_candidates(binding: Binding, out_spec: DTensorSpec, m: int,
             real = None if logical is None else next((d for d, e in enumerate(b.dim_map) if e == logical), None)
             if real is None:
                 col[b.spec_index] = Replicate()
-            elif isinstance(p, _StridedShard):
-                col[b.spec_index] = _StridedShard(real, split_factor=p.split_factor)
+            elif isinstance(p, StridedShard):
+                col[b.spec_index] = StridedShard(real, split_factor=p.split_factor)
             else:
                 col[b.spec_index] = Shard(real)
         return col
@@ -737,7 +739,7 @@ def repair_targets(
     None when no redistribution of the inputs alone can make it co-sharded (e.g. the output
     shards a broadcast dim, or is Partial where the row forbids it).
     """
-    from torch.distributed.tensor._dtensor_spec import DTensorSpec
+    from ..seam.dtensor import DTensorSpec
 
     out_spec = _output_spec(output_specs)
     if out_spec is None:

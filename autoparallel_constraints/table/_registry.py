@@ -7,16 +7,15 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
-import torch
-
 from ..errors import InvalidRowError, UnknownOpError
+from ..seam.tracing import OpOverload, OpOverloadPacket, custom_op_overload, schema_of
 from ._model import Alignment, ArgSpec, Flag, Linearity, OpRule, PartialCombo, Reduce, Role, Take
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["OpSelector", "Table", "default_table"]
 
-OpSelector = str | torch._ops.OpOverload | torch._ops.OpOverloadPacket
+OpSelector = str | OpOverload | OpOverloadPacket
 _T = TypeVar("_T")
 
 
@@ -29,7 +28,7 @@ class Table:
     """
 
     def __init__(self, rows: Iterable[OpRule] = ()) -> None:
-        self._rows: dict[torch._ops.OpOverload, OpRule] = {}
+        self._rows: dict[OpOverload, OpRule] = {}
         for row in rows:
             self.register(row)
 
@@ -66,7 +65,7 @@ class Table:
 
         return deco
 
-    def unregister(self, op: torch._ops.OpOverload) -> OpRule:
+    def unregister(self, op: OpOverload) -> OpRule:
         try:
             return self._rows.pop(op)
         except KeyError:
@@ -113,9 +112,9 @@ class Table:
         """
         if selectors is None:
             return list(self._rows.values())
-        if isinstance(selectors, (str, torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        if isinstance(selectors, (str, OpOverload, OpOverloadPacket)):
             selectors = [selectors]
-        chosen: dict[torch._ops.OpOverload, OpRule] = {}
+        chosen: dict[OpOverload, OpRule] = {}
         for sel in selectors:
             rows = self._match(sel)
             if not rows:
@@ -125,10 +124,10 @@ class Table:
         return list(chosen.values())
 
     def _match(self, sel: OpSelector) -> list[OpRule]:
-        if isinstance(sel, torch._ops.OpOverload):
+        if isinstance(sel, OpOverload):
             row = self._rows.get(sel)
             return [row] if row is not None else []
-        if isinstance(sel, torch._ops.OpOverloadPacket):
+        if isinstance(sel, OpOverloadPacket):
             return [r for r in self._rows.values() if r.op.overloadpacket is sel]
         if isinstance(sel, str):
             name = sel.strip()
@@ -150,17 +149,17 @@ class Table:
         )
 
 
-def _packet_name(op: torch._ops.OpOverload) -> str:
+def _packet_name(op: OpOverload) -> str:
     return op.overloadpacket.__name__
 
 
-def _overload_of(target: Any) -> torch._ops.OpOverload:
-    if isinstance(target, torch._ops.OpOverload):
+def _overload_of(target: Any) -> OpOverload:
+    if isinstance(target, OpOverload):
         return target
-    if isinstance(target, torch._ops.OpOverloadPacket):
+    if isinstance(target, OpOverloadPacket):
         return target.default
-    overload = getattr(target, "_opoverload", None)  # torch.library.custom_op's CustomOpDef
-    if isinstance(overload, torch._ops.OpOverload):
+    overload = custom_op_overload(target)
+    if isinstance(overload, OpOverload):
         return overload
     raise InvalidRowError(
         f"cannot register a row on {target!r}: decorate an OpOverload, an OpOverloadPacket or a "
@@ -188,11 +187,11 @@ def validate_row(row: OpRule) -> None:
     where = f"row {getattr(row, 'op', '?')}"
     if not isinstance(row, OpRule):
         raise InvalidRowError(f"expected an OpRule, got {type(row).__name__}")
-    if not isinstance(row.op, torch._ops.OpOverload):
+    if not isinstance(row.op, OpOverload):
         raise InvalidRowError(f"{where}: op must be an OpOverload such as torch.ops.aten.add.Tensor")
     if not isinstance(row.alignment, Alignment):
         raise InvalidRowError(f"{where}: alignment must be an Alignment, got {row.alignment!r}")
-    schema = row.op._schema
+    schema = schema_of(row.op)
     positions = [a.position for a in row.args]
     if len(set(positions)) != len(positions):
         raise InvalidRowError(f"{where}: two arguments share a position {positions}")

@@ -54,6 +54,7 @@ from ..harness._numerics import NumericsReport, run_numerics
 from ..lab._runs import RunSummary, run_seed
 from ..models import SeedBlock, SeedConfig
 from ..plan._report import ConstraintReport, constraint_report
+from ..plan._state import get_state
 
 __all__ = [
     "SMALL",
@@ -133,7 +134,7 @@ def run_scenario(scenario: str, spec: Spec | None, *, lower: bool = False) -> Ru
         run.report = constraint_report(autop)
         opt = autop.sharding_optimizer
         run.plan = {n.name: str(spec) for n, spec in autop.sharding_placement.items()}
-        state = getattr(autop, "_apc_state", None)
+        state = get_state(autop)
         if state is not None:
             variables = {v.name for v in opt.prob.variables()}
             adds = state.additions
@@ -227,7 +228,7 @@ def failed_call_leaves_problem(spec: Spec) -> tuple[BaseException | None, bool, 
         except Exception as exc:  # noqa: BLE001 - the check is that it raised and left no trace
             error = exc
         after = (list(prob.constraints), {v.name: (v.lowBound, v.upBound) for v in prob.variables()}, str(prob.objective))
-        state = getattr(autop, "_apc_state", None)
+        state = get_state(autop)
     changed = [what for what, b, a in zip(("rows", "bounds", "objective"), before, after) if b != a]
     if state is not None:
         changed.append("plugin state")

@@ -57,7 +57,6 @@ def run(
     inject_swapped: bool = False,
 ) -> dict:
     from autoparallel.api import AutoParallel
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor.placement_types import Replicate, Shard
@@ -65,6 +64,8 @@ def run(
     import autoparallel_constraints as apc
     from autoparallel_constraints.models import SeedBlock, SeedConfig
     from autoparallel_constraints.testing import device_name
+
+    from ..seam.tracing import unset_fake_temporarily
 
     nh, hd, batch, seq = (int(v) for v in config_text.split(","))
     config = SeedConfig(num_heads=nh, head_dim=hd, batch=batch, seq=seq)

@@ -16,9 +16,11 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch.distributed.tensor.placement_types import Partial, Replicate, Shard, _StridedShard
+from torch.distributed.tensor.placement_types import Partial, Replicate, Shard
 
 from ..core._placements import fmt_placements, fmt_spec
+from ..seam.dtensor import StridedShard
+from ..seam.tracing import schema_of
 from ._mesh import _group_dims_by_ranks
 from ._orders import _shard_order, _with_shard0
 from ._values import (
@@ -121,7 +123,7 @@ class _Collectives:
         raise _Violation("illegal_collective", f"process group {arg!r} is not a group of this mesh")
 
     def _collective(self, node: torch.fx.Node, args: Any) -> Any:
-        name = node.target._schema.name.split("::")[-1]  # type: ignore[union-attr]
+        name = schema_of(node.target).name.split("::")[-1]  # type: ignore[union-attr]
         x = args[0]
         if isinstance(x, _Fill):
             # a constant is the same constant gathered, scattered or moved; reduced, it scales
@@ -139,17 +141,17 @@ class _Collectives:
             spec = self._dist(x, name)
             if spec is None:
                 raise _Violation("illegal_collective", "all_gather of a tensor without placement")
-            _require(spec, dims, lambda p: isinstance(p, (Shard, _StridedShard)), "S(*)", "all_gather")
+            _require(spec, dims, lambda p: isinstance(p, (Shard, StridedShard)), "S(*)", "all_gather")
             tdims = {spec.placements[d].dim for d in dims}  # type: ignore[union-attr]
             if len(tdims) != 1:
                 raise _Violation("illegal_collective", f"all_gather over mesh dims {dims} sharding different tensor dims")
             (tdim,) = tdims
-            if any(isinstance(p, _StridedShard) and p.dim == tdim for p in spec.placements):
-                # a reversed shard order held physically as _StridedShard: DTensor's gather+reorder
+            if any(isinstance(p, StridedShard) and p.dim == tdim for p in spec.placements):
+                # a reversed shard order held physically as StridedShard: DTensor's gather+reorder
                 # for it is not interpreted (yet)
                 raise _Unknowable(f"{name} of a strided shard {fmt_spec(spec)} (reversed shard order)")
             self._check_innermost(spec, dims, tdim, name)
-            if tdim == 0 and not any(isinstance(spec.placements[d], _StridedShard) for d in dims):
+            if tdim == 0 and not any(isinstance(spec.placements[d], StridedShard) for d in dims):
                 return _Gathered(self._with(spec, {d: Replicate() for d in dims}), dims)
             return _Stacked(spec, dims)
         if name == "reduce_scatter_tensor":

@@ -10,17 +10,17 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx
-from torch.utils._pytree import tree_flatten
 
 from ..core._tags import is_local_map_region
 from ..errors import AuditError
+from ..seam import autop as upstream
+from ..seam.tracing import aot_descriptors, tree_flatten
 from ._report import VerifyReport
 from ._values import _contiguous_stride
 from ._walk import verify_graph
 
 if TYPE_CHECKING:
-    from torch.distributed.tensor._dtensor_spec import DTensorSpec
-
+    from ..seam.dtensor import DTensorSpec
     from ..table import Table
 
 
@@ -38,7 +38,6 @@ def contract(
     (autoparallel's physical placements). Outputs: forward outputs as the plan delivers them to
     the user, each gradient as its parameter (or input) is held.
     """
-    from autoparallel.apply_sharding import _build_physical_placements
     from autoparallel.shardings.ordered_sharding import compute_optimal_placement_order_for_parameters
 
     if placement is None:
@@ -47,7 +46,7 @@ def contract(
         raise AuditError("verify() needs a solved and applied AutoParallel: call optimize_placement and apply first")
     gm = autop.gm
     order = compute_optimal_placement_order_for_parameters(gm, placement)
-    physical = _build_physical_placements(placement, order)
+    physical = upstream.build_physical_placements(placement, order)
     placeholders = list(gm.graph.find_nodes(op="placeholder"))
     inputs: list[Any] = []
     by_desc: dict[Any, Any] = {}
@@ -102,7 +101,7 @@ def _output_shapes(node: torch.fx.Node) -> tuple[tuple[int, ...] | None, ...]:
 
 
 def _with_meta(spec: Any, node: torch.fx.Node) -> Any:
-    from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+    from ..seam.dtensor import DTensorSpec, TensorMeta
 
     val = node.meta["val"]
     shape = torch.Size(_concrete_hint(val.shape))
@@ -118,7 +117,7 @@ def _concrete_hint(shape: Any) -> tuple[int, ...]:
 
 def _grad_targets(gm: torch.fx.GraphModule, placeholders: list[torch.fx.Node], descs: list[Any]) -> dict[int, torch.fx.Node]:
     """Output index -> the placeholder it is the gradient of (from AOT autograd's descriptors)."""
-    from torch._functorch._aot_autograd import descriptors as d
+    d = aot_descriptors()
 
     by_desc = {}
     for node in placeholders:
@@ -157,7 +156,7 @@ def verify(
         state = get_state(autop)
         table = state.table if state is not None else default_table()
     if placement is None:
-        record = getattr(autop, "_apc_apply_record", None)
+        record = upstream.get(autop, "apply_record")
         placement = record.placement if record is not None else None
     inputs, outputs = contract(autop, placement)
     return verify_graph(gm, autop.mesh, inputs, outputs, table=table, regions=regions(autop))

@@ -52,7 +52,7 @@ class _Decomposed:
         return NotImplemented
 
     def _masked_accumulate(self, node: torch.fx.Node, destination: Any, mask: Any, indices: Any, values: Any) -> Any:
-        from torch.distributed.tensor._op_schema import OpSchema
+        from ..seam.dtensor import OpSchema
 
         if len(indices) != 1 or indices[0] is None:
             raise _Unknowable(f"{len(indices)} index tensors: only the embedding backward's one is interpreted")

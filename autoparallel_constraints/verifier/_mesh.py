@@ -28,13 +28,13 @@ def _group_names(mesh: DeviceMesh) -> dict[str, tuple[int, ...]]:
         except Exception:  # noqa: BLE001, S110 - a mesh dim without a group of its own
             pass
     try:
-        from torch.distributed.tensor._redistribute import _get_flattened_mesh_by_layout_impl
+        from ..seam.dtensor import flattened_mesh_by_layout
     except ImportError:  # pragma: no cover - older torch
         return names
     for k in range(2, mesh.ndim + 1):
         for dims in itertools.combinations(range(mesh.ndim), k):
             try:
-                flat = _get_flattened_mesh_by_layout_impl(mesh, dims)
+                flat = flattened_mesh_by_layout(mesh, dims)
             except Exception:  # noqa: BLE001
                 flat = None
             if flat is not None:
@@ -46,10 +46,11 @@ def _group_dims_by_ranks(name: str, mesh: DeviceMesh) -> tuple[int, ...] | None:
     """The root mesh dims a process group spans, from its ranks (another mesh object of the same
     layout, e.g. a strategy cached for an equal mesh, has groups of other names but the same ranks)."""
     import torch.distributed as dist
-    from torch.distributed.distributed_c10d import _resolve_process_group
+
+    from ..seam.dtensor import resolve_process_group
 
     try:
-        ranks = dist.get_process_group_ranks(_resolve_process_group(name))
+        ranks = dist.get_process_group_ranks(resolve_process_group(name))
     except Exception:  # noqa: BLE001 - not a live group
         return None
     dims = _rank_layout_dims(torch.tensor(sorted(ranks)), mesh)

@@ -10,8 +10,9 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch.distributed.tensor.placement_types import Placement, Shard, _StridedShard
+from torch.distributed.tensor.placement_types import Placement, Shard
 
+from ..seam.dtensor import StridedShard
 from ._values import _contiguous_spec, _contiguous_stride, _is_spec, _Merged, _sharded_dim, _Violation, aten
 
 logger = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ def _unmerged(merged: _Merged) -> Any:
     """The spec ``merged`` is a flatten of: ``dim`` back into the layout's dims, each sharded by
     its own mesh dims in order. Each rank holds the row-major product of its blocks, which is this
     spec's local tensor flattened, so it reads the same bytes exactly."""
-    from torch.distributed.tensor._dtensor_spec import DTensorSpec, ShardOrderEntry, TensorMeta
+    from ..seam.dtensor import DTensorSpec, ShardOrderEntry, TensorMeta
 
     spec, d, layout = merged.spec, merged.dim, merged.layout
     extra = len(layout) - 1
@@ -55,7 +56,7 @@ def _unmerged(merged: _Merged) -> Any:
 def _in_default_order(spec: Any) -> Any:
     """``spec`` with each tensor dim's mesh dims in DTensor's default (ascending) order; ``spec``
     itself where it already is."""
-    from torch.distributed.tensor._dtensor_spec import DTensorSpec
+    from ..seam.dtensor import DTensorSpec
 
     if not any(list(e.mesh_dims) != sorted(e.mesh_dims) for e in getattr(spec, "shard_order", None) or ()):
         return spec
@@ -63,7 +64,7 @@ def _in_default_order(spec: Any) -> Any:
 
 
 def _updated_order(spec: Any, changes: dict[int, Placement], append_to: int | None, order: Sequence[int] | None) -> Any:
-    from torch.distributed.tensor._dtensor_spec import ShardOrderEntry
+    from ..seam.dtensor import ShardOrderEntry
 
     entries: dict[int, list[int]] = {}
     for entry in getattr(spec, "shard_order", None) or ():
@@ -102,7 +103,7 @@ def _carry_shard_order(inputs: Sequence[Any], result: Any) -> Any:
     same mesh dims takes the inputs' order. Inputs sharded by the same mesh dims in different
     orders hold blocks that do not correspond: a hidden redistribution.
     """
-    from torch.distributed.tensor._dtensor_spec import DTensorSpec, ShardOrderEntry
+    from ..seam.dtensor import DTensorSpec, ShardOrderEntry
 
     held: dict[frozenset[int], tuple[int, ...]] = {}
     for spec in inputs:
@@ -116,7 +117,7 @@ def _carry_shard_order(inputs: Sequence[Any], result: Any) -> Any:
         return result
 
     def carry(spec: Any) -> Any:
-        if not _is_spec(spec) or any(isinstance(p, _StridedShard) for p in spec.placements):
+        if not _is_spec(spec) or any(isinstance(p, StridedShard) for p in spec.placements):
             return spec
         entries = []
         changed = False
@@ -167,7 +168,7 @@ def _global_shim(node: torch.fx.Node, value_of: Any, output_spec: Any) -> torch.
 
 def _with_shard0(spec: Any, dims: tuple[int, ...]) -> Any:
     """``spec`` (replicated on ``dims`` after a gather) as it was before: Shard(0) on ``dims``."""
-    from torch.distributed.tensor._dtensor_spec import DTensorSpec
+    from ..seam.dtensor import DTensorSpec
 
     placements = list(spec.placements)
     for d in dims:
@@ -176,16 +177,16 @@ def _with_shard0(spec: Any, dims: tuple[int, ...]) -> Any:
 
 
 def _as_shard_order(spec: Any) -> Any:
-    """``spec`` with a shard order it encodes as ``_StridedShard`` (how the plan states a tensor
+    """``spec`` with a shard order it encodes as ``StridedShard`` (how the plan states a tensor
     dim sharded by several mesh dims in reversed order: ``(_S(0, 8), S(0))`` on 8x8 is dim 0
     split by mesh dim 1 first) stated as plain shards and a shard order: the same blocks on every
     rank, in the form the collectives' checks read. Anything else is returned as it is."""
-    from torch.distributed.tensor._dtensor_spec import DTensorSpec
+    from ..seam.dtensor import DTensorSpec, normalize_placements_into_shard_order
 
-    if spec is None or not any(isinstance(p, _StridedShard) for p in spec.placements):
+    if spec is None or not any(isinstance(p, StridedShard) for p in spec.placements):
         return spec
     try:
-        placements, order = DTensorSpec._normalize_placements_into_shard_order(tuple(spec.placements), spec.mesh)
+        placements, order = normalize_placements_into_shard_order(tuple(spec.placements), spec.mesh)
         return DTensorSpec(spec.mesh, placements, tensor_meta=spec.tensor_meta, shard_order=order,
                            use_strided_shard_as_shard_order=False)
     except Exception:  # noqa: BLE001 - a strided shard no shard order explains (a view's): as it is
@@ -199,7 +200,7 @@ def _size1_moves(spec: Any, local: Sequence[int]) -> list[Any]:
     puts it where it likes: einsum drops a local size-1 batch dim into a bmm's rows
     (``[16, 64, 4(S), 1] -> [1, 16, 64]`` is ``[4(S), 16, 64] -> [1, 64(S), 64]``). Each move is
     the global permute of the same tensor, so every reading stays true."""
-    if any(isinstance(p, _StridedShard) for p in spec.placements):
+    if any(isinstance(p, StridedShard) for p in spec.placements):
         return []
     shape = spec.tensor_meta.shape
     movable = sorted({d for d in (_sharded_dim(p) for p in spec.placements) if d is not None and local[d] == 1 < shape[d]})
@@ -216,7 +217,7 @@ def _size1_moves(spec: Any, local: Sequence[int]) -> list[Any]:
 
 def _permuted(spec: Any, perm: Sequence[int]) -> Any:
     """``spec`` permuted: new dim i holds old dim ``perm[i]``, shards and shard order carried."""
-    from torch.distributed.tensor._dtensor_spec import DTensorSpec, ShardOrderEntry, TensorMeta
+    from ..seam.dtensor import DTensorSpec, ShardOrderEntry, TensorMeta
 
     shape = list(spec.tensor_meta.shape)
     where = {old: new for new, old in enumerate(perm)}
@@ -234,8 +235,8 @@ def _permuted(spec: Any, perm: Sequence[int]) -> Any:
 def _strided_flatten(spec: Any, global_out: Sequence[int]) -> Any:
     """The output spec of a view that flattens a sharded dim behind other dims, which DTensor's view
     rule refuses but the data layout allows: ``[8, 64(S), 1024] -> [512, 1024]`` holds, on each rank,
-    every 64-row's chunk, i.e. ``_StridedShard(0, split_factor=8)``. None when the view is not that."""
-    from torch.distributed.tensor._ops._view_ops import Flatten, InputDim, view_groups
+    every 64-row's chunk, i.e. ``StridedShard(0, split_factor=8)``. None when the view is not that."""
+    from ..seam.dtensor import Flatten, InputDim, view_groups
 
     in_shape = tuple(spec.tensor_meta.shape)
     rule = view_groups(in_shape, tuple(global_out))
@@ -254,10 +255,10 @@ def _strided_flatten(spec: Any, global_out: Sequence[int]) -> Any:
         if d is None:
             placements.append(p)
             continue
-        if d not in where or isinstance(p, _StridedShard):
+        if d not in where or isinstance(p, StridedShard):
             return None
         o, factor = where[d]
-        placements.append(Shard(o) if factor == 1 else _StridedShard(o, split_factor=factor))
+        placements.append(Shard(o) if factor == 1 else StridedShard(o, split_factor=factor))
     outs = [_sharded_dim(p) for p in placements if _sharded_dim(p) is not None]
     if len(outs) != len(set(outs)):
         return None  # two shards on one output dim: leave it to DTensor's rule

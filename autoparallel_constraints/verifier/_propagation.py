@@ -1,22 +1,21 @@
 """DTensor's own sharding propagation for every other op, on global shapes rebuilt from the local
 shapes and the inferred placements; the table's rows on the inferred inputs; local shapes against
-the ones the inferred placements imply; and memos of DTensor's pure functions for one walk.
+the ones the inferred placements imply (DTensor's pure functions are memoized for one walk by the
+seam's ``dtensor_memos`` shim).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 import torch.fx
-from torch.distributed.tensor.placement_types import Partial, Placement, Replicate, _StridedShard
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.distributed.tensor.placement_types import Partial, Placement, Replicate
 
 from ..core._placements import fmt_spec
+from ..seam.tracing import OpOverload, tree_flatten, tree_map
 from ._orders import _carry_shard_order, _global_shim, _in_default_order, _unmerged, _updated_order
 from ._report import GraphViolation
 from ._values import (
@@ -78,106 +77,6 @@ def _compute_key(node: torch.fx.Node, args: Any, kwargs: Any) -> tuple[Any, ...]
     except TypeError:
         return None
     return key
-
-
-# ---------------------------------------------------------------------------------------------
-# DTensor memos for one walk
-
-
-@contextlib.contextmanager
-def _dtensor_memos() -> Iterator[Counter[str]]:
-    """Three pure DTensor functions memoized for the length of one verification, asked the same
-    questions again and again (under cProfile on llama3 2 layers 8x8, of 8.3 s): the global output
-    meta of an op (846 calls, 2.6 s: DTensor runs the op on fake tensors for every schema it
-    propagates, and the schemas the verifier asks differ in placements, which the meta does not
-    depend on), ``redistribute_cost`` (14,292 calls, 1.0 s: every strategy DTensor expands is
-    priced against the input spec) and a strided shard's local size (16 calls, 0.87 s: an arange
-    chunked per rank each). Same arguments, same value: only calls whose arguments hash
-    (concrete sizes, integer ranks) are kept; a refusal (the meta kernel raising) is kept too.
-    Yields the hits per memo."""
-    from torch.distributed.tensor import DTensor
-    from torch.distributed.tensor._ops import utils as op_utils
-
-    propagator = DTensor._op_dispatcher.sharding_propagator
-    meta_fn = propagator._propagate_tensor_meta_non_cached
-    cost_fn = op_utils.redistribute_cost
-    size_fn = _StridedShard.local_shard_size_and_offset
-    metas: dict[Any, Any] = {}
-    costs: dict[Any, float] = {}
-    sizes: dict[Any, Any] = {}
-    hits: Counter[str] = Counter()
-
-    def meta(op_schema: Any) -> Any:
-        try:
-            key = (op_schema.op, _meta_key(op_schema.args_schema), _meta_key(op_schema.kwargs_schema))
-            found = metas.get(key)
-        except TypeError:
-            return meta_fn(op_schema)
-        if found is None:
-            try:
-                found = metas[key] = (meta_fn(op_schema), None)
-            except Exception as exc:  # noqa: BLE001 - kept and raised again, as the kernel would
-                found = metas[key] = (None, exc)
-        else:
-            hits["meta"] += 1
-        out, exc = found
-        if exc is not None:
-            raise exc.with_traceback(None)
-        return out
-
-    def cost(current: Any, target: Any) -> float:
-        try:
-            key = (_spec_key(current), _spec_key(target))
-            found = costs.get(key)
-        except TypeError:  # symbolic sizes do not hash
-            return cost_fn(current, target)
-        if found is None:
-            found = costs[key] = cost_fn(current, target)
-        else:
-            hits["cost"] += 1
-        return found
-
-    def size(self: Any, curr_local_size: Any, num_chunks: Any, rank: Any, *rest: Any, **kw: Any) -> Any:
-        if not (type(curr_local_size) is int and type(num_chunks) is int and type(rank) is int):
-            return size_fn(self, curr_local_size, num_chunks, rank, *rest, **kw)
-        key = (self, curr_local_size, num_chunks, rank, rest, tuple(sorted(kw.items())))
-        found = sizes.get(key)
-        if found is None:
-            found = sizes[key] = size_fn(self, curr_local_size, num_chunks, rank, *rest, **kw)
-        else:
-            hits["strided_size"] += 1
-        length, offset = found
-        return length, list(offset) if isinstance(offset, list) else offset  # callers own their list
-
-    propagator._propagate_tensor_meta_non_cached = meta
-    op_utils.redistribute_cost = cost
-    _StridedShard.local_shard_size_and_offset = size
-    try:
-        yield hits
-    finally:
-        del propagator._propagate_tensor_meta_non_cached  # the class's method again
-        op_utils.redistribute_cost = cost_fn
-        _StridedShard.local_shard_size_and_offset = size_fn
-        logger.debug("dtensor memos: %d metas, %d costs, %d strided sizes", len(metas), len(costs), len(sizes))
-
-
-def _spec_key(spec: Any) -> tuple[Any, ...]:
-    return (spec.mesh, spec.placements, spec.shard_order, spec.tensor_meta)
-
-
-def _meta_key(arg: Any) -> Any:
-    """What an op's output meta depends on: tensor metas for specs, placements left out; lists
-    as tuples (marked, a list and a tuple schema are different ops' arguments)."""
-    if _is_spec(arg):
-        return ("spec", arg.tensor_meta)
-    if isinstance(arg, (list, tuple)):
-        return (type(arg).__name__, *(_meta_key(a) for a in arg))
-    if isinstance(arg, dict):
-        return ("dict", *((k, _meta_key(v)) for k, v in sorted(arg.items())))
-    if isinstance(arg, torch.Tensor):
-        raise TypeError("a tensor argument")  # not cached: its values may matter
-    hash(arg)
-    return (type(arg), arg)  # 1, 1.0 and True hash alike but promote differently
 
 
 class _Propagation:
@@ -280,10 +179,10 @@ class _Propagation:
         return self._spec_from_local(fill.local_shape, placements, fill.dtype)
 
     def _propagate(self, node: torch.fx.Node, args: Any, kwargs: Any) -> Any:
-        from torch.distributed.tensor._op_schema import OpSchema
+        from ..seam.dtensor import OpSchema
 
         op = node.target
-        if not isinstance(op, torch._ops.OpOverload):
+        if not isinstance(op, OpOverload):
             return _Unknown(f"{op} is not an aten op")
         to_schema = lambda a: a.spec_with_meta() if isinstance(a, _Const) else a
         args_schema = tree_map(to_schema, args, is_leaf=lambda a: isinstance(a, _Const))
@@ -333,7 +232,7 @@ class _Propagation:
         dims in reversed order (2.13 matched its placements, e.g. for a sum over another dim); a
         local op computes the same on either block layout, and :func:`_carry_shard_order` gives
         the output the inputs' order back."""
-        from torch.distributed.tensor._op_schema import OpSchema
+        from ..seam.dtensor import OpSchema
 
         args = tree_map(lambda a: _in_default_order(a) if _is_spec(a) else a, schema.args_schema)
         if all(a is b for a, b in zip(tree_flatten(args)[0], tree_flatten(schema.args_schema)[0])):
@@ -411,7 +310,7 @@ class _Propagation:
 
     def _with(self, spec: Any, changes: dict[int, Placement], *, append_to: int | None = None,
               order: Sequence[int] | None = None) -> Any:
-        from torch.distributed.tensor._dtensor_spec import DTensorSpec
+        from ..seam.dtensor import DTensorSpec
 
         placements = list(spec.placements)
         for d, p in changes.items():
@@ -423,7 +322,7 @@ class _Propagation:
             return DTensorSpec(spec.mesh, tuple(placements), tensor_meta=spec.tensor_meta)
 
     def _spec_from_local(self, local: tuple[int, ...], placements: Sequence[Placement], dtype: Any = torch.float32) -> Any:
-        from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+        from ..seam.dtensor import DTensorSpec, TensorMeta
 
         shape = list(local)
         for m, p in enumerate(placements):
@@ -434,7 +333,7 @@ class _Propagation:
         return DTensorSpec(self.mesh, tuple(placements), tensor_meta=meta)
 
     def _const_spec(self, t: torch.Tensor) -> Any:
-        from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+        from ..seam.dtensor import DTensorSpec, TensorMeta
 
         meta = TensorMeta(t.shape, t.stride(), t.dtype)
         return DTensorSpec(self.mesh, tuple(Replicate() for _ in self.sizes), tensor_meta=meta)
@@ -449,7 +348,7 @@ class _Propagation:
         if shape is None:
             shape = _even_local_shape(key[0], key[1], self.sizes)
             if shape is None:
-                from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+                from ..seam.dtensor import compute_local_shape_and_global_offset
 
                 local, _ = compute_local_shape_and_global_offset(key[0], spec.mesh, key[1], skip_offset=True)
                 shape = tuple(int(s) for s in local)

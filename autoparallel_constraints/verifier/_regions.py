@@ -46,17 +46,18 @@ from torch.distributed.tensor.placement_types import Partial, Replicate, Shard
 
 from ..core._placements import fmt_placements, fmt_spec
 from ..core._tags import REGION
+from ..seam.tracing import schema_of
 from ._values import (
     _NEW_FACTORY,
     _SCALAR,
+    _concrete,
+    _contiguous_stride,
     _Fill,
     _Gathered,
+    _is_tensor,
     _Readings,
     _Unknown,
     _Violation,
-    _concrete,
-    _contiguous_stride,
-    _is_tensor,
     aten,
 )
 
@@ -183,7 +184,7 @@ class _Regions:
         union = frozenset().union(*of.values())
         if getattr(target, "namespace", "") != "_c10d_functional":
             return union
-        name = target._schema.name.split("::")[-1]  # type: ignore[union-attr]
+        name = schema_of(target).name.split("::")[-1]  # type: ignore[union-attr]
         if name == "wait_tensor":
             return union
         if name not in _COLLECTIVE_GROUP or not isinstance(node.args[0], torch.fx.Node):
@@ -271,7 +272,7 @@ class _Regions:
         return self._reading_specs(value)
 
     def _region_spec(self, node: torch.fx.Node, placements: tuple[Any, ...], local: tuple[int, ...]) -> Any:
-        from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+        from ..seam.dtensor import DTensorSpec, TensorMeta
 
         if len(placements) != len(self.sizes) or any(s < 0 for s in local):
             return None

@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx
-from torch.distributed.tensor.placement_types import Placement, Shard, _StridedShard
-from torch.utils._pytree import tree_flatten
+from torch.distributed.tensor.placement_types import Placement, Shard
 
+from ..seam.dtensor import StridedShard
+from ..seam.tracing import OpOverload, schema_of, tree_flatten
 from ._mesh import _layout_dims
 
 if TYPE_CHECKING:
@@ -284,7 +285,7 @@ def _even_local_shape(shape: Sequence[Any], placements: Sequence[Placement], siz
 
 
 def _sharded_dim(p: Placement) -> int | None:
-    if isinstance(p, (Shard, _StridedShard)):
+    if isinstance(p, (Shard, StridedShard)):
         return p.dim
     return None
 
@@ -300,8 +301,8 @@ def _returns_tensors(node: torch.fx.Node) -> bool:
 
 def _op_name(node: torch.fx.Node) -> str:
     target = node.target
-    if isinstance(target, torch._ops.OpOverload):
-        return target._schema.name.split("::")[-1]
+    if isinstance(target, OpOverload):
+        return schema_of(target).name.split("::")[-1]
     return getattr(target, "__name__", str(target))
 
 
@@ -432,7 +433,7 @@ def _linear_terms(expr: Any, coords: dict[Any, int]) -> tuple[dict[int, int], in
 def _contiguous_spec(spec: Any, placements: Sequence[Placement], shape: Sequence[int]) -> Any:
     """A spec on ``spec``'s mesh and dtype with ``placements`` over a contiguous tensor of global
     ``shape``: the stand-in a view's candidate output is checked as."""
-    from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+    from ..seam.dtensor import DTensorSpec, TensorMeta
 
     size = torch.Size(shape)
     return DTensorSpec(spec.mesh, tuple(placements),
@@ -441,7 +442,7 @@ def _contiguous_spec(spec: Any, placements: Sequence[Placement], shape: Sequence
 
 def _as_dtype(spec: Any, dtype: torch.dtype) -> Any:
     """``spec`` holding ``dtype`` (the graph is the authority on dtypes)."""
-    from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+    from ..seam.dtensor import DTensorSpec, TensorMeta
 
     meta = spec.tensor_meta
     if meta is None or meta.dtype == dtype:

@@ -12,9 +12,10 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch.distributed.tensor.placement_types import Placement, Replicate, Shard, _StridedShard
+from torch.distributed.tensor.placement_types import Placement, Replicate, Shard
 
 from ..core._placements import fmt_spec
+from ..seam.dtensor import StridedShard
 from ._orders import _CONTRACTED_DIMS, _FREE_DIMS, _shard_order, _size1_moves, _strided_flatten
 from ._values import (
     _STRICT_VIEW,
@@ -118,7 +119,7 @@ class _Views:
             if result is None or not _is_spec(result):
                 continue
             score = (
-                sum(isinstance(p, _StridedShard) for p in result.placements),
+                sum(isinstance(p, StridedShard) for p in result.placements),
                 sum(out_local[d] == 1 for d in assignment),
             )
             found.append((score, result))
@@ -132,11 +133,11 @@ class _Views:
         whose local shape is not the node's (:meth:`_check_local_val`'s rule). None whenever the
         rule says anything else (it raises, or a strided shard is involved): the candidate is then
         propagated in full."""
-        from torch.distributed.tensor._dtensor_spec import DTensorSpec
-        from torch.distributed.tensor._ops._view_ops import propagate_shape_and_sharding, view_groups
+        from ..seam.dtensor import DTensorSpec, view_groups
+        from ..seam.dtensor import view_propagate as propagate_shape_and_sharding
 
         strict = _STRICT_VIEW.get(node.target)
-        if strict is None or any(isinstance(p, _StridedShard) for p in spec.placements):
+        if strict is None or any(isinstance(p, StridedShard) for p in spec.placements):
             return None
         in_global = tuple(spec.tensor_meta.shape)
         try:
@@ -144,7 +145,7 @@ class _Views:
             want, out = propagate_shape_and_sharding(spec.placements, in_global, rule, tuple(self.sizes), strict)
         except Exception:  # noqa: BLE001 - DTensor decides, in full
             return None
-        if any(isinstance(p, _StridedShard) for p in (*want, *out)):
+        if any(isinstance(p, StridedShard) for p in (*want, *out)):
             return None
         if tuple(want) != tuple(spec.placements):
             # as _propagate words it, for the same redistribute schema
@@ -166,7 +167,7 @@ class _Views:
         local shape is tried; none unless two sharded dims flatten. Not from a reading with dims a
         rank holds one index of moved (as :func:`_size1_moves` does for plain views): such a move
         reads a permuted tensor as this one, which the local graph cannot tell apart."""
-        if any(isinstance(p, _StridedShard) for p in spec.placements):
+        if any(isinstance(p, StridedShard) for p in spec.placements):
             return []
         sharded = [m for m, p in enumerate(spec.placements) if _sharded_dim(p) is not None]
         if len({_sharded_dim(spec.placements[m]) for m in sharded}) < 2:
@@ -185,7 +186,7 @@ class _Views:
         """``spec`` viewed as ``global_out`` when that view flattens dims sharded by different mesh
         dims into one and maps every other dim whole, and the stand-in's shards have the local
         shape ``out_local``; None otherwise."""
-        from torch.distributed.tensor._ops._view_ops import Flatten, InputDim, Singleton, view_groups
+        from ..seam.dtensor import Flatten, InputDim, Singleton, view_groups
 
         in_global = tuple(spec.tensor_meta.shape)
         rule = view_groups(in_global, tuple(global_out))
@@ -217,7 +218,7 @@ class _Views:
         if any(list(ms) != sorted(ms) for ms in orders.values()):
             # a dim kept whole keeps the order its mesh dims shard it in (a batch split by mesh dims
             # 3 then 2 is another block per rank than by 2 then 3)
-            from torch.distributed.tensor._dtensor_spec import DTensorSpec, ShardOrderEntry
+            from ..seam.dtensor import DTensorSpec, ShardOrderEntry
 
             stand_in = DTensorSpec(spec.mesh, stand_in.placements, tensor_meta=stand_in.tensor_meta,
                                    shard_order=tuple(ShardOrderEntry(tensor_dim=o, mesh_dims=ms) for o, ms in sorted(orders.items())))

@@ -17,22 +17,25 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.fx
 from torch.distributed.tensor.placement_types import Partial, Replicate, Shard
-from torch.utils._pytree import tree_flatten, tree_map
 
 from ..core._placements import fmt_spec
 from ..core._tags import TAG
 from ..errors import AuditError
+from ..seam._memos import dtensor_memos
+from ..seam.dtensor import sharding_propagator
+from ..seam.tracing import OpOverload, tree_flatten, tree_map
 from ._collectives import _Collectives
 from ._decomposed import _Decomposed
 from ._mesh import _group_names, _mesh_dims_of
 from ._orders import _as_shard_order
-from ._propagation import _dtensor_memos, _Propagation
+from ._propagation import _Propagation
 from ._regions import _InRegion, _Regions
 from ._report import GraphViolation, VerifyReport
 from ._values import (
     _CASTS,
     _DIVS,
     _FACTORY,
+    _MAX_READINGS,
     _NEW_FACTORY,
     _PASS_THROUGH,
     _SCALAR,
@@ -50,7 +53,6 @@ from ._values import (
     _is_tensor,
     _Mesh,
     _op_name,
-    _MAX_READINGS,
     _reading_combos,
     _Readings,
     _returns_tensors,
@@ -67,8 +69,8 @@ from ._views import _Views
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
-    from torch.distributed.tensor._dtensor_spec import DTensorSpec
 
+    from ..seam.dtensor import DTensorSpec
     from ..table import Table
 
 
@@ -93,7 +95,7 @@ def verify_graph(
     user declared and, optionally third, each output's global shape. A region's body runs on local
     shards, so DTensor's rules do not describe it: it is read by that declaration instead, and its
     ``Replicate`` claims checked by the mesh dims its values vary along (:mod:`._regions`)."""
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from ..seam.tracing import unset_fake_temporarily
 
     start = time.perf_counter()
     v = _Verifier(gm, mesh, inputs, outputs, table, regions)
@@ -103,7 +105,7 @@ def verify_graph(
     level = fake_log.level
     fake_log.setLevel(logging.CRITICAL)
     try:
-        with unset_fake_temporarily(), _dtensor_memos():  # constants and mesh layouts are real tensors
+        with unset_fake_temporarily(), dtensor_memos():  # constants and mesh layouts are real tensors
             v.run()
     finally:
         fake_log.setLevel(level)
@@ -157,9 +159,7 @@ class _Verifier(_Regions, _Collectives, _Views, _Decomposed, _Propagation):
         self.groups = _group_names(mesh)
         self.sym_coords: dict[Any, int] = {}  # unbacked symbol -> mesh dim
         self.traced_coords: dict[Any, int] = {}  # the trace's own symbol of a coordinate -> mesh dim
-        from torch.distributed.tensor import DTensor
-
-        self.propagator = DTensor._op_dispatcher.sharding_propagator
+        self.propagator = sharding_propagator()
 
     # -- entry ---------------------------------------------------------------------------------
 
@@ -309,7 +309,7 @@ class _Verifier(_Regions, _Collectives, _Views, _Decomposed, _Propagation):
             kwargs = tree_map(unwrap, kwargs, is_leaf=lambda a: isinstance(a, _Gathered))
             flat = tree_flatten((args, kwargs))[0]
         consts = [a for a in flat if isinstance(a, _Const)]
-        if consts and not any(_is_spec(a) or isinstance(a, _Fill) for a in flat) and isinstance(target, torch._ops.OpOverload):
+        if consts and not any(_is_spec(a) or isinstance(a, _Fill) for a in flat) and isinstance(target, OpOverload):
             # constants only (e.g. the mesh layout a coordinate is read from): evaluate them
             real = tree_map(lambda a: a.tensor if isinstance(a, _Const) else a, (args, kwargs),
                             is_leaf=lambda a: isinstance(a, _Const))

@@ -32,6 +32,7 @@ from ..apply._materialize import MATERIALIZED_PREFIX, NODE_TAG
 from ..core._placements import fmt_spec
 from ..errors import InvalidOptionError, PluginStateError
 from ..plan._state import PlannedRedistribute, get_state
+from ..seam import autop as upstream
 from ..table import bind, default_table
 
 logger = logging.getLogger(__name__)
@@ -199,7 +200,7 @@ def export(
             "apply_placement for the audit, the verifier and the inserted redistributions)"
         )
     data = opt.get_json()
-    record = getattr(autop, "_apc_apply_record", None)
+    record = upstream.get(autop, "apply_record")
     placement = record.placement if record is not None and record.placement else autop.sharding_placement
     if placement is None:
         raise PluginStateError("export() needs the plan: call it after autop.optimize_placement()")

@@ -20,9 +20,10 @@ from __future__ import annotations
 import copy
 import html
 import logging
-import re
 from collections.abc import Sequence
 from typing import Any
+
+from ..seam import autop as upstream
 
 logger = logging.getLogger(__name__)
 
@@ -87,24 +88,12 @@ def _cost(value: float) -> str:
     return f"{value:.3f}"
 
 
-def _upstream_page(data: dict[str, Any]) -> str:
-    """autoparallel's page for ``data`` (its own keys only), without the Perfetto tab."""
-    from autoparallel.visualizer.build_display_from_json import generate_visualization_html
-
+def _upstream_data(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with autoparallel's own keys only (what its visualizer reads)."""
     plain = copy.deepcopy({k: data[k] for k in ("mesh", "nodes", "summary")})
     for n in plain["nodes"]:
         n.pop("apc", None)
-    page = generate_visualization_html(plain)
-    return _offline(page)
-
-
-def _offline(page: str) -> str:
-    """Drop what would reach the network: the Perfetto tab (an iframe of ui.perfetto.dev) and its link."""
-    page = re.sub(r'<div class="tab" data-tab-id="perfetto"[^>]*>Perfetto</div>', "", page)
-    page = re.sub(r'<a [^>]*href="https?://[^"]*"[^>]*>.*?</a>', "", page, flags=re.S)
-    page = re.sub(r"<iframe[^>]*></iframe>", '<div class="apc-none">Perfetto needs the network: left out of this '
-                  "offline page.</div>", page, flags=re.S)
-    return page
+    return plain
 
 
 def _verdicts(apc: dict[str, Any]) -> str:
@@ -206,13 +195,10 @@ def _ops(data: dict[str, Any]) -> dict[str, str]:
     return {n["name"]: n.get("op", "") for n in data["nodes"]}
 
 
-def _inject(page: str, panel: str, marks: dict[str, list[dict[str, str]]]) -> str:
-    """Put the plugin's panel at the top of autoparallel's page and its badges script at the end."""
-    page = page.replace("</head>", _STYLE + "</head>", 1)
-    page = page.replace('<div class="container">', '<div class="container">\n' + panel, 1)
-    marks_json = _e_json(marks)
-    script = f'<script type="application/json" id="apc-marks">{marks_json}</script>\n{_SCRIPT}'
-    return page.replace("</body>", script + "</body>", 1) if "</body>" in page else page + script
+def _page(data: dict[str, Any], panel: str, marks: dict[str, list[dict[str, str]]]) -> str:
+    """autoparallel's page for ``data`` with the plugin's panel at the top and its badges script at the end."""
+    script = f'<script type="application/json" id="apc-marks">{_e_json(marks)}</script>\n{_SCRIPT}'
+    return upstream.visualizer_page(_upstream_data(data), head=_STYLE, top=panel, tail=script)
 
 
 def _e_json(value: Any) -> str:
@@ -241,7 +227,7 @@ def render_page(data: dict[str, Any]) -> str:
            "(export(autop, alone=row) compares against autoparallel alone)</div>")
         + "</section>"
     )
-    return _inject(_upstream_page(data), panel, _marks(data))
+    return _page(data, panel, _marks(data))
 
 
 def _key(r: dict[str, Any]) -> tuple[str, str, str, str]:
@@ -287,7 +273,7 @@ def render_diff(before: dict[str, Any], after: dict[str, Any]) -> str:
     marks = _marks(after)
     for name, *_ in changed:
         marks.setdefault(name, []).append({"kind": "changed", "text": f"changed vs {la}", "title": f"{la}: {sa[name]}"})
-    return _inject(_upstream_page(after), panel, marks)
+    return _page(after, panel, marks)
 
 
 def _verdict(apc: dict[str, Any], key: str) -> str:

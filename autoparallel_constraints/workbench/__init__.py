@@ -5,8 +5,8 @@ Stage 6 of the pipeline (``docs/architecture.md``): it drives the plan, the appl
 audit, and sits below the harness and the lab (``compare --one-build`` runs on it).
 """
 
+from ..seam._snapshot import ProblemSnapshot, problem_fingerprint
 from ._bench import BASELINE, Workbench, WorkbenchRow, WorkbenchRows, comm_cost, plan_choices
-from ._snapshot import ProblemSnapshot, problem_fingerprint
 
 __all__ = [
     "BASELINE",

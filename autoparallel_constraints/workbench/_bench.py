@@ -33,8 +33,10 @@ from ..formulations import Formulation, make_formulation
 from ..plan._report import constraint_report
 from ..plan._solvers import DEFAULT_SOLVER, solver_config, use_solver
 from ..plan._state import get_state
+from ..seam import autop as upstream
+from ..seam._snapshot import ProblemSnapshot, problem_fingerprint
+from ..seam.lp import registered_variables
 from ..view._export import export, plan_choices
-from ._snapshot import ProblemSnapshot, problem_fingerprint
 
 if TYPE_CHECKING:
     from autoparallel.api import AutoParallel
@@ -284,7 +286,7 @@ class Workbench:
         if not self.apply:
             return _replace(row, export=export(autop, label=_export_label(row))) if self.export else row
         t0 = time.perf_counter()
-        autop._apply_placement_common(placement)  # the parallel graph, as apply_placement builds it first
+        upstream.call_apply_placement_common(autop, placement)  # the parallel graph, as apply_placement builds it first
         apply_s = time.perf_counter() - t0
         t1 = time.perf_counter()
         report = audit(autop)  # the plan checks, and the verifier on the parallel graph
@@ -312,7 +314,7 @@ def _export_label(row: WorkbenchRow) -> str:
 def comm_cost(opt: Any, placement: dict[Any, Any]) -> float:
     """The plan's communication cost by autoparallel's own accounting (``_compute_solution_cost``)."""
     try:
-        return float(opt._compute_solution_cost(opt._to_concrete_solution(placement))["comm"])
+        return upstream.solution_comm_cost(opt, placement)
     except Exception as exc:  # noqa: BLE001 - a figure for the record, never a reason to fail a row
         logger.warning("comm cost unavailable: %s", exc)
         return float("nan")
@@ -321,7 +323,7 @@ def comm_cost(opt: Any, placement: dict[Any, Any]) -> float:
 def _count_variables(prob: Any) -> int:
     """``len(prob.variables())`` without its side effect (it registers and sorts the problem's
     variable list, which the workbench must leave as built)."""
-    seen = {id(v) for v in prob._variables}
+    seen = {id(v) for v in registered_variables(prob)}
     if prob.objective is not None:
         seen.update(map(id, prob.objective.keys()))
     for row in prob.constraints.values():

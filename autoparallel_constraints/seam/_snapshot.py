@@ -1,4 +1,6 @@
-"""Take an ``AutoParallel``'s problem as autoparallel built it, and put it back exactly.
+"""Take an ``AutoParallel``'s problem as autoparallel built it, and put it back exactly (the
+workbench's snapshot: it reads and restores autoparallel's and PuLP's objects' state wholesale,
+so it lives in the seam).
 
 What one formulation row changes, and so what :class:`ProblemSnapshot` restores:
 

@@ -14,7 +14,6 @@ read a formatted traceback). Errors of this package are left alone.
 
 from __future__ import annotations
 
-import functools
 import logging
 import re
 import traceback
@@ -24,7 +23,7 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["KNOWN", "KnownFailure", "install", "known_failure", "origin", "upstream_line"]
+__all__ = ["KNOWN", "STAGES", "KnownFailure", "around", "known_failure", "origin", "upstream_line"]
 
 #: The packages a frame can belong to, most specific first (``autoparallel_constraints`` contains
 #: ``autoparallel`` as a prefix, so it is matched before it).
@@ -177,24 +176,16 @@ def _annotate(exc: BaseException, stage: str) -> None:
         logger.debug("apc: %s", line)
 
 
-def _wrap(original: Callable[..., Any], stage: str) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+def around(stage: str) -> Callable[..., Any]:
+    """The ``upstream_notes`` shim's around on ``AutoParallel.<stage>``: the same exception, its
+    traceback, one note more."""
+
+    def annotate(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
-            return original(*args, **kwargs)
+            return call(*args, **kwargs)
         except Exception as exc:
             _annotate(exc, stage)
-            raise  # unchanged: the same exception, its traceback, one note more
+            raise
 
-    wrapper.__apc_upstream_wrapped__ = True  # type: ignore[attr-defined]
-    return wrapper
-
-
-def install() -> None:
-    """Wrap AutoParallel's build, solve and apply entry points once per process (idempotent)."""
-    from autoparallel.api import AutoParallel
-
-    for stage in STAGES:
-        method = getattr(AutoParallel, stage)
-        if not getattr(method, "__apc_upstream_wrapped__", False):
-            setattr(AutoParallel, stage, _wrap(method, stage))
+    annotate.__name__ = f"notes_around_{stage.strip('_')}"
+    return annotate

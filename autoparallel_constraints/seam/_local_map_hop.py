@@ -14,6 +14,10 @@ target reads as the wrapper's name when the node's target is the HOP; every othe
 node of a 2.13 trace, goes through unchanged. Measured on torch 2.15.0 with autoparallel at the pin:
 the local_map example builds, and the default call on it is exact, audit clean and proven
 (``tests/test_local_map.py``). Like the view skip, it swaps a module-global name for the block.
+
+autoparallel's PRs #511 and #512 relax the assertion to ``"local_map" in str(node.target)``: the
+probe hands the function a region node named ``local_map_hop`` and reports the shim not needed when
+the function reads past the check.
 """
 
 from __future__ import annotations
@@ -23,7 +27,12 @@ import functools
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["reading_traced_local_map_hop"]
+from ._model import Probe, Target, Verdict
+from ._patching import swapped
+
+__all__ = ["around_build", "probe", "reading_traced_local_map_hop"]
+
+TARGET = Target("autoparallel.shardings.placement_options", "get_local_map_placement_option")
 
 #: The target name autoparallel's check accepts (torch 2.13's wrapper of the HOP).
 WRAPPER_NAME = "call_local_map"
@@ -54,18 +63,46 @@ def _is_traced_hop(node: Any) -> bool:
 def reading_traced_local_map_hop() -> Iterator[None]:
     """For the block, autoparallel's local_map strategy accepts a region traced as the HOP itself
     (torch 2.14+). Restores autoparallel's name on exit, also on error."""
-    from autoparallel.shardings import placement_options
 
-    original = placement_options.get_local_map_placement_option
-
-    @functools.wraps(original)
     def get_local_map_placement_option(mesh: Any, specs: Any, user_args: Any, node: Any, local_map_kwargs: Any) -> Any:
         if _is_traced_hop(node):
             node = _AsWrapperNode(node)
         return original(mesh, specs, user_args, node, local_map_kwargs)
 
-    placement_options.get_local_map_placement_option = get_local_map_placement_option
-    try:
+    with swapped("local_map_hop", TARGET, get_local_map_placement_option) as original:
+        functools.update_wrapper(get_local_map_placement_option, original)
         yield
-    finally:
-        placement_options.get_local_map_placement_option = original
+
+
+def around_build(call: Any, autop: Any) -> Any:
+    """The ``local_map_hop`` shim's around on ``AutoParallel.__enter__``."""
+    with reading_traced_local_map_hop():
+        return call(autop)
+
+
+class _Reached(Exception):
+    """The probe's node was read past the target check."""
+
+
+class _ProbeNode:
+    target = "local_map_hop"
+
+    @property
+    def meta(self) -> Any:
+        raise _Reached
+
+
+def probe() -> Probe:
+    """Needed while autoparallel asserts on a node named ``local_map_hop`` before reading it."""
+    from autoparallel.shardings import placement_options
+
+    kwargs = {"in_placements": (), "out_placements": (), "device_mesh": None}
+    try:
+        placement_options.get_local_map_placement_option(None, [], [], _ProbeNode(), kwargs)
+    except _Reached:
+        return Probe(Verdict.FIXED, "autoparallel accepts a region traced as local_map_hop")
+    except AssertionError as exc:
+        return Probe(Verdict.NEEDED, f"autoparallel asserts on a region traced as local_map_hop ({exc!r})")
+    except Exception as exc:  # noqa: BLE001 - past the target check, failing on the probe's empty region
+        return Probe(Verdict.FIXED, f"autoparallel reads a local_map_hop region past its check ({type(exc).__name__})")
+    return Probe(Verdict.FIXED, "autoparallel accepts a region traced as local_map_hop")

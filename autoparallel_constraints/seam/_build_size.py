@@ -13,9 +13,9 @@ enumerated strategies (arithmetic, nothing created; 7 ms for 1.13 M), and raises
 the build holds, and what the solve needs on top) exceeds the budget: by default the memory the
 system reports available when the count is made (``MemAvailable``, or a cgroup's limit less its
 usage when lower), or a fixed budget in GiB set with :func:`set_build_budget`; ``None`` turns it
-off. Where neither is known (no ``/proc/meminfo``) the default checks nothing. The patch is
-process-wide for the length of a build, like autoparallel's own caches: builds in several threads at
-once are not supported.
+off (or ``APC_SHIMS=-build_size_guard``). Where neither is known (no ``/proc/meminfo``) the default
+checks nothing. The patch is process-wide for the length of a build, like autoparallel's own
+caches: builds in several threads at once are not supported.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BuildTooLargeError, InvalidOptionError
+from ._model import Target
+from ._patching import swapped
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +40,7 @@ __all__ = [
     "BYTES_PER_VARIABLE",
     "SOLVE_BYTES_PER_VARIABLE",
     "IlpSize",
+    "around_build",
     "count_variables",
     "set_build_budget",
     "size_guard",
@@ -58,6 +61,8 @@ BYTES_PER_VARIABLE = 1550
 # solved is of no use. Not measured: CBC's solve (its own process), the plugin's rows, a MIP after
 # a fractional relaxation.
 SOLVE_BYTES_PER_VARIABLE = 800
+
+TARGET = Target("autoparallel.optimize_sharding", "ShardingOptimizer._create_pulp_variables")
 
 _budget: float | str | None = "available"
 
@@ -163,16 +168,16 @@ def size_guard() -> Iterator[None]:
     """Within the block, autoparallel's ``_create_pulp_variables`` first counts the variables it
     will create and raises :class:`BuildTooLargeError` when they cannot fit the budget. Restores
     autoparallel's method on exit, also on error."""
-    from autoparallel.optimize_sharding import ShardingOptimizer
-
-    original = ShardingOptimizer.__dict__["_create_pulp_variables"]
 
     def _create_pulp_variables(self: Any) -> Any:
         _check(self)
         return original(self)
 
-    ShardingOptimizer._create_pulp_variables = _create_pulp_variables
-    try:
+    with swapped("build_size_guard", TARGET, _create_pulp_variables) as original:
         yield
-    finally:
-        ShardingOptimizer._create_pulp_variables = original
+
+
+def around_build(call: Any, autop: Any) -> Any:
+    """The ``build_size_guard`` shim's around on ``AutoParallel.__enter__``."""
+    with size_guard():
+        return call(autop)
