@@ -112,8 +112,9 @@ _SUMMARY = re.compile(r"(\d+) (passed|failed|error|errors)")
 def run_tier(python: Path, variant: Variant, out: Path, pytest_args: list[str]) -> None:
     """The default tier with ``python``; counts and failing tests into ``variant``."""
     t0 = time.perf_counter()
+    env = {**os.environ, "APC_AUTOPARALLEL_UNDER_TEST": PIN if not variant.prs else variant.commit}
     proc = subprocess.run([str(python), "-m", "pytest", "-q", "-rfE", *pytest_args], cwd=ROOT,
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, env=env)
     variant.seconds = round(time.perf_counter() - t0, 1)
     variant.returncode = proc.returncode
     text = proc.stdout + proc.stderr
