@@ -106,7 +106,21 @@ def install(tree: Path, work: Path, name: str) -> Path:
     return python
 
 
-_SUMMARY = re.compile(r"(\d+) (passed|failed|error|errors)")
+_SUMMARY_LINE = re.compile(r"^=*\s*((?:\d+ \w+(?:, )?)+).* in [\d.]+s", re.M)
+_COUNT = re.compile(r"(\d+) (passed|failed|error|errors)")
+
+
+def parse(variant: Variant, text: str) -> None:
+    """Counts and failing tests of a pytest ``-q -rfE`` output into ``variant``."""
+    lines = _SUMMARY_LINE.findall(text)
+    for count, kind in _COUNT.findall(lines[-1] if lines else ""):
+        if kind == "passed":
+            variant.passed = int(count)
+        elif kind == "failed":
+            variant.failed = int(count)
+        else:
+            variant.errors = int(count)
+    variant.failures = sorted(set(re.findall(r"^(?:FAILED|ERROR) (\S+)", text, flags=re.M)))
 
 
 def run_tier(python: Path, variant: Variant, out: Path, pytest_args: list[str]) -> None:
@@ -119,15 +133,7 @@ def run_tier(python: Path, variant: Variant, out: Path, pytest_args: list[str]) 
     variant.returncode = proc.returncode
     text = proc.stdout + proc.stderr
     (out / f"{variant.name}.log").write_text(text)
-    tail = text.strip().splitlines()[-1] if text.strip() else ""
-    for count, kind in _SUMMARY.findall(tail):
-        if kind == "passed":
-            variant.passed = int(count)
-        elif kind == "failed":
-            variant.failed = int(count)
-        else:
-            variant.errors = int(count)
-    variant.failures = sorted(set(re.findall(r"^(?:FAILED|ERROR) (\S+)", text, flags=re.M)))
+    parse(variant, text)
 
 
 def table(variants: list[Variant]) -> str:
