@@ -120,9 +120,11 @@ def test_autoparallel_commit_is_read_from_pip_or_recognised_by_its_source(tmp_pa
         assert commit != PIN_COMMIT and _doctor._check_autoparallel().status == "untested", how
     import autoparallel
 
+    installed = Path(autoparallel.__file__).parent
     copy = tmp_path / "autoparallel"
-    shutil.copytree(Path(autoparallel.__file__).parent, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    assert _doctor.source_fingerprint(copy) == _doctor.PIN_SOURCE_FINGERPRINT
+    shutil.copytree(installed, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    assert _doctor.source_fingerprint(copy) == _doctor.source_fingerprint(installed)
+    assert (_doctor.source_fingerprint(copy) == _doctor.PIN_SOURCE_FINGERPRINT) == (under_test == PIN_COMMIT)
     (copy / "api.py").write_text((copy / "api.py").read_text() + "\n# changed\n")
     assert _doctor.source_fingerprint(copy) != _doctor.PIN_SOURCE_FINGERPRINT
 

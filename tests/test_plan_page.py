@@ -242,5 +242,7 @@ def test_show_example_prints_the_story_not_upstreams_logger(tmp_path):
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout + proc.stderr
     assert "implicitly registering" not in text and "alltoall" not in text, text
-    assert all(line.startswith(("wrote ", "show: ")) for line in text.splitlines() if line.strip()), text
+    # the package's one warning when another autoparallel is installed (tools/upstream_next.py) is not the story's
+    lines = [line for line in text.splitlines() if line.strip() and "UntestedVersionWarning" not in line]
+    assert all(line.startswith(("wrote ", "show: ")) for line in lines), text
     assert load_export(tmp_path / "plan.alone.json")["apc"]["flags"] and out.stat().st_size > 50_000

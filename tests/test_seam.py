@@ -260,17 +260,31 @@ def test_a_renamed_method_under_a_per_object_hook_raises(monkeypatch):
 # -- probes: both sides of an upstream fix --------------------------------------------------------------
 
 
+def _asserts_the_wrapper_name(function) -> bool:
+    """Read off the source, apart from the probe: does autoparallel's check name the wrapper?"""
+    import inspect
+
+    return '"call_local_map" in str(node.target)' in inspect.getsource(function)
+
+
 def test_a_probe_that_finds_the_fix_keeps_its_shim_off(monkeypatch):
-    """With autoparallel's local_map check relaxed as PRs #511 and #512 relax it (the function
-    reads the region past the name check), the local_map_hop probe says not needed, attaching it
-    is refused and doctor's state says upstream fixed; with the pin's check it is needed."""
+    """The local_map_hop probe agrees with autoparallel's source (needed where its check names the
+    wrapper, the pin; not needed where PRs #511 and #512 relax it). With the check relaxed as they
+    relax it (the function reads the region past the name check), the probe says not needed,
+    attaching is refused and doctor's state says upstream fixed; with the pin's check, needed and
+    attached. Both on any autoparallel installed."""
     from autoparallel.shardings import placement_options
 
-    assert seam.probe("local_map_hop").verdict is Verdict.NEEDED  # the pin's assert
     original = placement_options.get_local_map_placement_option
+    needed = _asserts_the_wrapper_name(original)
+    assert (seam.probe("local_map_hop").verdict is Verdict.NEEDED) == needed
 
     def relaxed(mesh, specs, user_args, node, local_map_kwargs):
         assert "local_map" in str(node.target)
+        return node.meta["val"]
+
+    def strict(mesh, specs, user_args, node, local_map_kwargs):
+        assert "call_local_map" in str(node.target) or "call_local_map_backward" in str(node.target)
         return node.meta["val"]
 
     with seam.detached("local_map_hop"):
@@ -279,24 +293,45 @@ def test_a_probe_that_finds_the_fix_keeps_its_shim_off(monkeypatch):
         assert seam.attach("local_map_hop") is False
         (row,) = [r for r in seam.status() if r.name == "local_map_hop"]
         assert row.state == "not needed: upstream fixed"
+        monkeypatch.setattr(placement_options, "get_local_map_placement_option", strict)
+        assert seam.probe("local_map_hop").verdict is Verdict.NEEDED
+        assert seam.attach("local_map_hop") is True
+        seam.detach("local_map_hop")
         monkeypatch.setattr(placement_options, "get_local_map_placement_option", original)
-    assert seam.is_attached("local_map_hop")
+    assert seam.is_attached("local_map_hop") == needed
 
 
 def test_the_cache_probes_read_the_key(monkeypatch):
     """The cache probes read the key each cache is looked up by: a key with the mesh in it (as PR
-    #511 writes the strategy cache's) reads as fixed; the pin's keys as needed."""
-    from autoparallel.cost_models import collective_runtime_estimation as comms
+    #511 writes the strategy cache's) reads as fixed, a key without it (the pin's, and the comm-cost
+    cache's at #511 too) as needed; on the autoparallel installed they agree with its source."""
+    import inspect
 
-    assert seam.probe("mesh_strategy_cache").verdict is Verdict.NEEDED
-    assert seam.probe("mesh_comm_cost_cache").verdict is Verdict.NEEDED
+    from autoparallel.cost_models import collective_runtime_estimation as comms
+    from autoparallel.shardings import placement_options
+
+    def key_of(function, name):
+        source = inspect.getsource(function)
+        start = source.index(f"{name} = (")
+        return source[start:source.index("\n    )", start)]
+
+    installed = key_of(placement_options.get_placement_options, "cache_key")
+    assert (seam.probe("mesh_strategy_cache").verdict is Verdict.FIXED) == ("mesh" in installed)
+    installed = key_of(comms.estimate_strategy_comms_cost, "key")
+    assert (seam.probe("mesh_comm_cost_cache").verdict is Verdict.FIXED) == ("mesh" in installed)
 
     def keyed(src_spec, tgt_spec):
         key = (src_spec.mesh, src_spec.placements, tgt_spec.placements)
         return key
 
+    def blind(src_spec, tgt_spec):
+        key = (src_spec.placements, src_spec.tensor_meta, tgt_spec.placements)
+        return key
+
     monkeypatch.setattr(comms, "estimate_strategy_comms_cost", keyed)
     assert seam.probe("mesh_comm_cost_cache").verdict is Verdict.FIXED
+    monkeypatch.setattr(comms, "estimate_strategy_comms_cost", blind)
+    assert seam.probe("mesh_comm_cost_cache").verdict is Verdict.NEEDED
 
 
 # -- switching ----------------------------------------------------------------------------------------
